@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Create (or repair) the tntrun virtual environment. Idempotent: every step
+# checks what is already there and skips work that is done.
+#
+#   scripts/setup_env.sh [VENV_DIR]          CPU stack (default)
+#   TNTRUN_DEVICE=gpu scripts/setup_env.sh   CUDA TensorFlow + Horovod with NCCL
+#
+# Horovod 0.28.1 is built from source against the installed TensorFlow and the
+# built wheel is cached under ~/.cache/tntrun/wheels/<python>-tf<version>-<device>/,
+# so a second environment on the same machine installs in seconds.
+set -euo pipefail
+
+VENV=${1:-.venv}
+DEVICE=${TNTRUN_DEVICE:-cpu}
+PYTHON=${PYTHON:-python3.11}
+TF_VERSION=2.18.1
+HOROVOD_VERSION=0.28.1
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+
+step() { printf '\n==> %s\n' "$*"; }
+die() { printf '\nsetup failed: %s\n' "$*" >&2; exit 1; }
+
+case "$DEVICE" in
+  cpu) TF_REQ="tensorflow-cpu==$TF_VERSION"; EXTRA=cpu ;;
+  gpu) TF_REQ="tensorflow[and-cuda]==$TF_VERSION"; EXTRA=gpu ;;
+  *) die "TNTRUN_DEVICE must be cpu or gpu, not '$DEVICE'" ;;
+esac
+
+command -v "$PYTHON" >/dev/null || die "$PYTHON not found: tntrun needs Python 3.11 (set PYTHON=/path/to/python3.11)"
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \
+  || die "$PYTHON is not Python 3.11 (TensorFlow $TF_VERSION + Horovod $HOROVOD_VERSION are measured on 3.11)"
+
+if [ ! -x "$VENV/bin/python" ]; then
+  step "creating $VENV with $("$PYTHON" --version)"
+  "$PYTHON" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install --quiet --upgrade pip setuptools wheel
+fi
+PY="$VENV/bin/python"
+PIP=("$PY" -m pip --quiet)
+
+installed_tf=$("$PY" - <<'PY' 2>/dev/null || true
+import importlib.metadata as m
+for name in ("tensorflow-cpu", "tensorflow"):
+    try:
+        print(m.version(name)); break
+    except m.PackageNotFoundError:
+        pass
+PY
+)
+if [ "$installed_tf" != "$TF_VERSION" ]; then
+  step "installing TensorFlow $TF_VERSION ($DEVICE) and tf-keras"
+  "${PIP[@]}" install "$TF_REQ" "tf-keras~=2.18.0" || die "could not install $TF_REQ"
+fi
+
+step "installing tntrun (editable) with its driver and dev dependencies"
+"${PIP[@]}" install -e "$ROOT[$EXTRA,dev]" || die "pip install -e .[$EXTRA,dev] failed"
+# Horovod's runtime dependencies (it is installed with --no-deps below).
+"${PIP[@]}" install cloudpickle psutil pyyaml packaging cffi || die "could not install Horovod's dependencies"
+
+horovod_ok() {
+  "$PY" - "$TF_VERSION" <<'PY'
+import json, pathlib, sys
+try:
+    import horovod
+except ImportError:
+    sys.exit(1)
+meta = json.loads((pathlib.Path(horovod.__file__).parent / "metadata.json").read_text())
+built = meta.get("tensorflow_version") or meta.get("tf_version")
+if built != sys.argv[1]:
+    print(f"horovod was built for TensorFlow {built!r}, runtime needs {sys.argv[1]}")
+    sys.exit(1)
+import horovod.tensorflow  # noqa: F401  (fails if the TF extension was not built)
+PY
+}
+
+if ! horovod_ok >/dev/null 2>&1; then
+  cache_dir="${XDG_CACHE_HOME:-$HOME/.cache}/tntrun/wheels/py311-tf$TF_VERSION-$DEVICE"
+  wheel=$(ls "$cache_dir"/horovod-$HOROVOD_VERSION-*.whl 2>/dev/null | head -n1 || true)
+  if [ -z "$wheel" ]; then
+    step "building Horovod $HOROVOD_VERSION against TensorFlow $TF_VERSION (about 5 minutes, cached afterwards)"
+    command -v cmake >/dev/null || die "cmake is needed to build Horovod (apt-get install cmake)"
+    command -v g++ >/dev/null || die "g++ is needed to build Horovod (apt-get install g++)"
+    mkdir -p "$cache_dir"
+    build_env=(HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1
+               HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1
+               CMAKE_POLICY_VERSION_MINIMUM=3.5)
+    if [ "$DEVICE" = gpu ]; then
+      build_env+=(HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_CPU_OPERATIONS=GLOO)
+    else
+      build_env+=(HOROVOD_CPU_OPERATIONS=GLOO)
+    fi
+    env "${build_env[@]}" "$PY" -m pip wheel --no-build-isolation --no-deps --no-binary horovod \
+        -w "$cache_dir" "horovod==$HOROVOD_VERSION" > "$cache_dir/build.log" 2>&1 \
+      || { tail -n 40 "$cache_dir/build.log" >&2; die "Horovod build failed (full log: $cache_dir/build.log)"; }
+    wheel=$(ls "$cache_dir"/horovod-$HOROVOD_VERSION-*.whl | head -n1)
+  fi
+  step "installing $(basename "$wheel")"
+  "${PIP[@]}" install --force-reinstall --no-deps "$wheel" || die "could not install $wheel"
+  why=$(horovod_ok 2>&1) || die "Horovod is unusable: ${why:-horovod.tensorflow does not import} (remove the cached wheel and rerun)"
+fi
+
+stamp="$VENV/.tntrun-verified"
+if [ ! -f "$stamp" ] || [ "$stamp" -ot "$0" ]; then
+  step "verifying a real 2-rank Gloo allreduce"
+  out=$(cd "$ROOT" && PATH="$VENV/bin:$PATH" TF_CPP_MIN_LOG_LEVEL=3 timeout 180 \
+        "$VENV/bin/horovodrun" -np 2 -H localhost:2 --gloo "$PY" -m tntrun.selfcheck 2>&1) \
+    || { printf '%s\n' "$out" | tail -n 30 >&2; die "the 2-rank Horovod self-check failed"; }
+  printf '%s\n' "$out" | grep -o 'selfcheck ok.*' | sort -u
+  touch "$stamp"
+fi
+step "environment ready: $VENV ($DEVICE, TensorFlow $TF_VERSION, Horovod $HOROVOD_VERSION)"
