@@ -65,7 +65,7 @@ try:
 except ImportError:
     sys.exit(1)
 meta = json.loads((pathlib.Path(horovod.__file__).parent / "metadata.json").read_text())
-built = meta.get("tensorflow_version") or meta.get("tf_version")
+built = meta.get("tensorflow")
 if built != sys.argv[1]:
     print(f"horovod was built for TensorFlow {built!r}, runtime needs {sys.argv[1]}")
     sys.exit(1)

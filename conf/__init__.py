@@ -1,0 +1,1 @@
+"""tntrun's Hydra configs, packaged as ``tntrun.conf`` (``pkg://tntrun.conf``)."""

@@ -1,0 +1,24 @@
+"""A small fully connected classifier."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def build_mlp(
+    input_shape: Sequence[int],
+    num_classes: int,
+    hidden_units: Sequence[int] = (128, 64),
+    dropout: float = 0.0,
+):
+    """Dense ReLU layers with optional dropout, ending in ``num_classes`` logits."""
+    import tf_keras as keras
+
+    inputs = keras.Input(shape=tuple(input_shape), name="features")
+    x = keras.layers.Flatten()(inputs)
+    for i, units in enumerate(hidden_units):
+        x = keras.layers.Dense(units, activation="relu", name=f"dense_{i}")(x)
+        if dropout:
+            x = keras.layers.Dropout(dropout, name=f"dropout_{i}")(x)
+    logits = keras.layers.Dense(num_classes, name="logits")(x)
+    return keras.Model(inputs, logits, name="mlp")

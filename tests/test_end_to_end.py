@@ -1,0 +1,59 @@
+"""The real CLI: Hydra driver, two Horovod ranks over Gloo, a SQLite MLflow store."""
+
+from __future__ import annotations
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import store_uri
+
+pytestmark = pytest.mark.slow
+
+
+def only_run(tmp_path):
+    client = MlflowClient(tracking_uri=store_uri(tmp_path))
+    experiment = client.get_experiment_by_name("tntrun")
+    runs = client.search_runs([experiment.experiment_id])
+    assert len(runs) == 1, f"expected one run, found {len(runs)}"
+    return client, runs[0]
+
+
+def test_default_experiment_trains_on_two_ranks_and_logs_to_mlflow(run_tntrun, tmp_path):
+    result = run_tntrun()
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+    client, run = only_run(tmp_path)
+    assert run.info.status == "FINISHED"
+    assert run.data.params["plan.world_size"] == "2"
+    assert run.data.params["plan.micro_batch_size"] == "32"
+    assert run.data.params["global_batch_size"] == "64"
+    assert run.data.params["model._target_"] == "tntrun.models.mlp.build_mlp"
+    assert run.data.metrics["val_accuracy"] >= 0.95
+
+    epochs = int(run.data.params["train.epochs"])
+    for key in ("loss", "accuracy", "val_loss", "val_accuracy"):
+        history = client.get_metric_history(run.info.run_id, key)
+        assert [m.step for m in history] == list(range(epochs)), key
+
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"config.yaml", "plan.json", "ranks.log"} <= artifacts
+
+    out = result.stdout
+    assert f"final val_accuracy: {run.data.metrics['val_accuracy']:.4f}" in out
+    assert f"MLflow run id: {run.info.run_id}" in out
+    assert "mlflow server --backend-store-uri sqlite:///" in out
+
+
+def test_a_failing_rank_marks_the_run_failed(run_tntrun, tmp_path):
+    result = run_tntrun("train.epochs=1", "model.hidden_units=[0]")
+    assert result.returncode != 0
+    _, run = only_run(tmp_path)
+    assert run.info.status == "FAILED"
+    assert "run FAILED" in result.stdout
+
+
+def test_config_error_exits_2_before_any_run(run_tntrun, tmp_path):
+    result = run_tntrun("global_batch_size=63")
+    assert result.returncode == 2
+    assert "global_batch_size=63 is not divisible by the world size 2" in result.stderr
+    assert not (tmp_path / "outputs" / "mlflow.db").exists()

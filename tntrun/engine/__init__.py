@@ -1,0 +1,1 @@
+"""Rank-side training engine. Imports TensorFlow and Horovod: never import it in the driver."""

@@ -1,0 +1,124 @@
+"""tntrun's own Keras callbacks (Horovod's Keras callbacks import Keras 3 and break)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import horovod.tensorflow as hvd
+import tensorflow as tf
+import tf_keras as keras
+
+from tntrun.engine.collectives import checksums_across_ranks, weighted_mean
+
+
+class BroadcastInitialState(keras.callbacks.Callback):
+    """Copy rank 0's weights to every rank before the first step.
+
+    Optimizer slots are created at the first step from zeros, identical on all
+    ranks, so the model weights are the whole initial state.
+    """
+
+    def on_train_begin(self, logs=None):
+        hvd.broadcast_variables(self.model.variables, root_rank=0)
+
+
+class AverageTrainMetrics(keras.callbacks.Callback):
+    """Replace each rank's epoch training metrics by their sample-weighted mean over ranks."""
+
+    def __init__(self, local_samples_per_epoch: int) -> None:
+        super().__init__()
+        self.weight = local_samples_per_epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs:
+            logs.update(weighted_mean(dict(logs), self.weight, name=f"train_metrics.{epoch}"))
+
+
+class ShardedValidation(keras.callbacks.Callback):
+    """Evaluate the validation set split across ranks and add exact global ``val_*`` logs.
+
+    Each rank evaluates its shard; means are re-weighted by shard sizes, so the
+    result equals a single-process evaluation of the whole set.
+    """
+
+    def __init__(self, dataset: tf.data.Dataset, local_samples: int, every_epochs: int = 1):
+        super().__init__()
+        self.dataset = dataset
+        self.local_samples = local_samples
+        self.every_epochs = max(1, every_epochs)
+
+    def evaluate(self, tag: str) -> dict[str, float]:
+        local: dict[str, float] = {}
+        if self.local_samples:
+            local = self.model.evaluate(self.dataset, verbose=0, return_dict=True)
+        else:  # no sample on this rank: contribute weight 0 with the same keys
+            local = {m.name: 0.0 for m in self.model.metrics}
+        averaged = weighted_mean(local, self.local_samples, name=f"val_metrics.{tag}")
+        return {f"val_{k}": v for k, v in averaged.items()}
+
+    def on_epoch_end(self, epoch, logs=None):
+        last = epoch + 1 == self.params.get("epochs")
+        if logs is not None and ((epoch + 1) % self.every_epochs == 0 or last):
+            logs.update(self.evaluate(str(epoch)))
+
+
+class WeightSyncGuard(keras.callbacks.Callback):
+    """Stop with a clear error when ranks' weights diverge (gradients not averaged).
+
+    Horovod under the wrong Keras silently skips the allreduce; comparing a
+    weight checksum after the first step and every ``every_epochs`` catches it.
+    """
+
+    def __init__(self, every_epochs: int = 1) -> None:
+        super().__init__()
+        self.every_epochs = max(1, every_epochs)
+        self._checked_first_step = False
+
+    def _check(self, when: str) -> None:
+        sums = checksums_across_ranks(self.model.variables, name=f"weight_sync.{when}")
+        spread = float(sums.max() - sums.min())
+        if spread > 1e-6 * max(1.0, float(abs(sums).max())):
+            raise RuntimeError(
+                f"ranks' weights diverged {when} (checksums by rank: {sums.tolist()}): gradients "
+                "are not being averaged. Run ranks with TF_USE_LEGACY_KERAS=1 and tf-keras 2.18."
+            )
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not self._checked_first_step:
+            self._checked_first_step = True
+            self._check("after the first step")
+
+    def on_epoch_end(self, epoch, logs=None):
+        if (epoch + 1) % self.every_epochs == 0:
+            self._check(f"after epoch {epoch + 1}")
+
+
+class EpochTimer(keras.callbacks.Callback):
+    """Add ``epoch_time_s`` and global ``samples_per_s`` to the epoch logs."""
+
+    def __init__(self, global_samples_per_epoch: int) -> None:
+        super().__init__()
+        self.samples = global_samples_per_epoch
+        self._start = 0.0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._start = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None:
+            elapsed = time.perf_counter() - self._start
+            logs["epoch_time_s"] = elapsed
+            logs["samples_per_s"] = self.samples / elapsed
+
+
+class EpochMetricsLogger(keras.callbacks.Callback):
+    """Master rank: hand each epoch's (already averaged) logs to ``log_metrics``."""
+
+    def __init__(self, log_metrics: Callable[[dict[str, float], int], None]) -> None:
+        super().__init__()
+        self.log_metrics = log_metrics
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs:
+            self.log_metrics({k: float(v) for k, v in logs.items()}, epoch)

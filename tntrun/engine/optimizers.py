@@ -1,0 +1,21 @@
+"""Keras optimizers from the ``optimizer`` config group."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import tf_keras as keras
+
+PLAN_KEYS = ("name", "base_lr", "base_batch_size")
+
+
+def build_optimizer(cfg: Mapping[str, Any], learning_rate) -> keras.optimizers.Optimizer:
+    """The optimizer named by ``cfg['name']`` with the plan's learning rate (or schedule)."""
+    kwargs = {k: v for k, v in cfg.items() if k not in PLAN_KEYS}
+    name = cfg["name"]
+    if name == "adam":
+        return keras.optimizers.Adam(learning_rate=learning_rate, **kwargs)
+    if name == "sgd":
+        return keras.optimizers.SGD(learning_rate=learning_rate, **kwargs)
+    raise ValueError(f"optimizer.name={name!r}: choose adam or sgd")

@@ -1,0 +1,72 @@
+"""Start the ranks with ``horovodrun`` and relay their output.
+
+The launcher runs in its own process group so that Ctrl-C on the driver stops
+every rank it started, and nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+GRACE_SECONDS = 10
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    returncode: int
+    interrupted: bool
+
+    @property
+    def status(self) -> str:
+        """The MLflow run status this outcome maps to."""
+        if self.interrupted:
+            return "KILLED"
+        return "FINISHED" if self.returncode == 0 else "FAILED"
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """SIGINT the launcher's process group, then SIGKILL what outlives the grace period."""
+    for sig, wait in ((signal.SIGINT, GRACE_SECONDS), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_ranks(command: Sequence[str], env: Mapping[str, str], log_file: Path) -> LaunchResult:
+    """Run ``command``, tee its combined output to stdout and ``log_file``, return the outcome."""
+    full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
+    with log_file.open("w") as log:
+        process = subprocess.Popen(
+            list(command),
+            env=full_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
+        )
+        try:
+            assert process.stdout is not None
+            for line in process.stdout:
+                sys.stdout.write(line)
+                log.write(line)
+            return LaunchResult(process.wait(), interrupted=False)
+        except KeyboardInterrupt:
+            _stop(process)
+            return LaunchResult(process.returncode or 130, interrupted=True)
+        finally:
+            if process.poll() is None:
+                _stop(process)
