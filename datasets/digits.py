@@ -36,7 +36,8 @@ class DigitsDataset:
         x, y = load_digits(return_X_y=True)
         x = (x / 16.0).astype(np.float32)
         return train_test_split(
-            x, y.astype(np.int64),
+            x,
+            y.astype(np.int64),
             test_size=self.validation_fraction,
             stratify=y,
             random_state=self.split_seed,

@@ -45,11 +45,12 @@ def test_default_experiment_trains_on_two_ranks_and_logs_to_mlflow(run_tntrun, t
 
 
 def test_a_failing_rank_marks_the_run_failed(run_tntrun, tmp_path):
-    result = run_tntrun("train.epochs=1", "model.hidden_units=[0]")
+    result = run_tntrun("train.epochs=1", "model.hidden_units=[-5]")
     assert result.returncode != 0
     _, run = only_run(tmp_path)
     assert run.info.status == "FAILED"
     assert "run FAILED" in result.stdout
+    assert "ValueError" in result.stdout  # the rank's traceback reaches the user
 
 
 def test_config_error_exits_2_before_any_run(run_tntrun, tmp_path):

@@ -17,7 +17,11 @@ DIGITS = DatasetInfo(num_train=1437, num_val=360, input_shape=(64,), num_classes
 def plan_for(compose_cfg, *overrides: str, data: DatasetInfo = DIGITS, cores: int = 2) -> Plan:
     cfg = OmegaConf.to_container(compose_cfg(*overrides), resolve=True)
     return build_plan(
-        cfg, data, cores_per_node=cores, python="python", horovodrun="horovodrun",
+        cfg,
+        data,
+        cores_per_node=cores,
+        python="python",
+        horovodrun="horovodrun",
         run_dir=Path("/runs/x"),
     )
 
@@ -37,7 +41,12 @@ def test_default_plan_splits_global_batch_over_two_cpu_ranks(compose_cfg):
 
 def test_multi_node_gpu_layout(compose_cfg):
     plan = plan_for(
-        compose_cfg, "nodes=2", "gpus=4", "hosts=[a,b]", "global_batch_size=512", "optimizer=sgd",
+        compose_cfg,
+        "nodes=2",
+        "gpus=4",
+        "hosts=[a,b]",
+        "global_batch_size=512",
+        "optimizer=sgd",
         data=DatasetInfo(100_000, 1000, (224, 224, 3), 1000),
     )
     assert plan.world_size == 8 and plan.micro_batch_size == 64

@@ -16,6 +16,7 @@ from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
@@ -71,8 +72,11 @@ def train(cfg: DictConfig) -> int:
     plan.save(run_dir / "plan.json")
 
     tracker = RunTracker(uri, cfg.tracking.experiment_name, output_root / "mlartifacts")
-    choices = {f"choice.{k}": str(v) for k, v in hydra_cfg.runtime.choices.items()
-               if not k.startswith("hydra/")}
+    choices = {
+        f"choice.{k}": str(v)
+        for k, v in hydra_cfg.runtime.choices.items()
+        if not k.startswith("hydra/")
+    }
     run_id = tracker.start(
         cfg.tracking.run_name,
         tags={
@@ -124,16 +128,25 @@ def _report(tracker: RunTracker, status: str, uri: str, run_dir: Path) -> None:
     print(f"tntrun: open the MLflow UI with: {ui_command(uri)}")
 
 
+_failed_jobs: list[int] = []
+
+
 @hydra.main(version_base="1.3", config_path="pkg://tntrun.conf", config_name="config")
 def _hydra_entry(cfg: DictConfig) -> None:
     code = train(cfg)
-    if code:
+    if not code:
+        return
+    if HydraConfig.get().mode == RunMode.RUN:
         sys.exit(code)
+    _failed_jobs.append(code)  # a sweep goes on with its other jobs
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point; a sweep exits non-zero if any of its jobs failed."""
     _hydra_entry()
+    if _failed_jobs:
+        print(f"tntrun: {len(_failed_jobs)} sweep job(s) failed", file=sys.stderr)
+        sys.exit(max(_failed_jobs))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ every rank it started, and nothing is left behind.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,6 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 GRACE_SECONDS = 10
+# TensorFlow's import-time messages that no log level silences and that say
+# nothing about the run (CUDA plugin registration in a CPU-only process). They
+# stay in the run's log file; the console skips them.
+START_UP_NOISE = re.compile(
+    r"Unable to register cu(DNN|BLAS|FFT) factory"
+    r"|All log messages before absl::InitializeLog\(\) is called"
+)
 
 
 @dataclass(frozen=True)
@@ -61,8 +69,9 @@ def run_ranks(command: Sequence[str], env: Mapping[str, str], log_file: Path) ->
         try:
             assert process.stdout is not None
             for line in process.stdout:
-                sys.stdout.write(line)
                 log.write(line)
+                if not START_UP_NOISE.search(line):
+                    sys.stdout.write(line)
             return LaunchResult(process.wait(), interrupted=False)
         except KeyboardInterrupt:
             _stop(process)

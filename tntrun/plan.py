@@ -79,9 +79,17 @@ class Plan:
     def summary_params(self) -> dict[str, Any]:
         """Plan values worth logging as run parameters (prefixed ``plan.``)."""
         keys = (
-            "world_size", "nodes", "ranks_per_node", "threads_per_rank", "global_batch_size",
-            "micro_batch_size", "val_micro_batch_size", "steps_per_epoch", "total_steps",
-            "scaled_lr", "fusion_threshold_bytes",
+            "world_size",
+            "nodes",
+            "ranks_per_node",
+            "threads_per_rank",
+            "global_batch_size",
+            "micro_batch_size",
+            "val_micro_batch_size",
+            "steps_per_epoch",
+            "total_steps",
+            "scaled_lr",
+            "fusion_threshold_bytes",
         )
         return {f"plan.{k}": getattr(self, k) for k in keys}
 
@@ -155,14 +163,17 @@ def build_plan(
 
     global_batch = int(cfg["global_batch_size"])
     if global_batch % world:
-        lower, upper = global_batch - global_batch % world, global_batch + world - global_batch % world
+        lower = global_batch - global_batch % world
+        upper = lower + world
         raise PlanError(
             f"global_batch_size={global_batch} is not divisible by the world size {world}: "
             f"use global_batch_size={lower} or {upper}"
         )
     micro = global_batch // world
     if micro < 1:
-        raise PlanError(f"global_batch_size={global_batch} gives a micro-batch < 1 on {world} ranks")
+        raise PlanError(
+            f"global_batch_size={global_batch} gives a micro-batch < 1 on {world} ranks"
+        )
     val_micro = int(cfg.get("val_micro_batch_size") or micro)
 
     train = cfg["train"]
@@ -192,18 +203,29 @@ def build_plan(
     cycle = hvd.get("cycle_time_ms")
 
     threads = cfg.get("threads_per_rank") or max(1, cores_per_node // per_node)
-    env: dict[str, str] = {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    # Keras 2 on the ranks (Horovod does not average gradients under Keras 3);
+    # TensorFlow's C++ start-up chatter off (Python errors still surface).
+    env: dict[str, str] = {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    if int(cfg["gpus"]) == 0:
+        env["CUDA_VISIBLE_DEVICES"] = "-1"  # CPU ranks: keep TensorFlow off any GPU
     if fusion_bytes is not None:
         env["HOROVOD_FUSION_THRESHOLD"] = str(fusion_bytes)
     if cycle is not None:
         env["HOROVOD_CYCLE_TIME"] = str(cycle)
 
     command = (
-        horovodrun, "--gloo",
-        "-np", str(world),
-        "-H", ",".join(f"{host}:{slots}" for host, slots in hosts),
-        "--start-timeout", str(int(hvd.get("start_timeout", 60))),
-        python, "-m", "tntrun.worker", str(run_dir),
+        horovodrun,
+        "--gloo",
+        "-np",
+        str(world),
+        "-H",
+        ",".join(f"{host}:{slots}" for host, slots in hosts),
+        "--start-timeout",
+        str(int(hvd.get("start_timeout", 60))),
+        python,
+        "-m",
+        "tntrun.worker",
+        str(run_dir),
     )
     return Plan(
         nodes=nodes,

@@ -33,9 +33,7 @@ def get_size() -> int:
 
 def get_local_rank() -> int:
     """This process's rank among the ranks on its node."""
-    return _env_int(
-        "HOROVOD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", default=0
-    )
+    return _env_int("HOROVOD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", default=0)
 
 
 def get_master_rank() -> int:
