@@ -1,1 +1,8 @@
-"""tntrun's Hydra configs, packaged as ``tntrun.conf`` (``pkg://tntrun.conf``)."""
+"""tntrun's Hydra configs, packaged as ``tntrun.conf`` (``pkg://tntrun.conf``).
+
+Importing the package registers the typed schema the YAML files extend.
+"""
+
+from tntrun.schema import register
+
+register()

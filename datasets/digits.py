@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import gzip
+import importlib.util
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+from tntrun.datasets.splits import stratified_split
 
 from tntrun.plan import DatasetInfo
 
 if TYPE_CHECKING:
     import tensorflow as tf
+
+
+def digits_csv() -> Path:
+    """The digits file inside the installed scikit-learn (found without importing it)."""
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError("dataset=digits needs scikit-learn: pip install scikit-learn")
+    return Path(spec.origin).parent / "datasets" / "data" / "digits.csv.gz"
 
 
 class DigitsDataset:
@@ -30,18 +42,11 @@ class DigitsDataset:
 
     @cached_property
     def _splits(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        from sklearn.datasets import load_digits
-        from sklearn.model_selection import train_test_split
-
-        x, y = load_digits(return_X_y=True)
-        x = (x / 16.0).astype(np.float32)
-        return train_test_split(
-            x,
-            y.astype(np.int64),
-            test_size=self.validation_fraction,
-            stratify=y,
-            random_state=self.split_seed,
-        )
+        with gzip.open(digits_csv(), "rt") as f:
+            table = np.loadtxt(f, delimiter=",", dtype=np.float32)
+        x, y = table[:, :-1] / 16.0, table[:, -1].astype(np.int64)
+        train, val = stratified_split(y, self.validation_fraction, self.split_seed)
+        return x[train], x[val], y[train], y[val]
 
     def info(self) -> DatasetInfo:
         x_train, x_val, _, _ = self._splits

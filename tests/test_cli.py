@@ -23,6 +23,7 @@ def test_help_lists_the_groups(run_tntrun):
     result = run_tntrun("--help")
     assert result.returncode == 0
     assert "model: mlp" in result.stdout and "optimizer: adam, sgd" in result.stdout
+    assert "tntrun: declarative distributed training" in result.stdout
 
 
 def test_typo_names_the_key(run_tntrun):

@@ -79,7 +79,7 @@ def test_wheel_works_in_a_fresh_venv(wheel, tmp_path):
         text=True,
         cwd=tmp_path,
     ).stdout.split()
-    assert where[0].startswith(str(venv)) and where[1] == "1437"
+    assert where[0].startswith(str(venv)) and where[1] == "1438"
 
     cfg = subprocess.run(
         [venv / "bin" / "tntrun", "--cfg", "job", "global_batch_size=32"],

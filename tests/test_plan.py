@@ -1,57 +1,83 @@
-"""The pure training plan: batch split, LR scaling, steps and the launch command."""
+"""The pure training plan: layout, batch split, LR scaling, schedules, launch command."""
 
 from __future__ import annotations
 
 import math
+import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
-from omegaconf import OmegaConf
 
-from tntrun.plan import DatasetInfo, Plan, PlanError, build_plan, scale_learning_rate
+from tntrun.cli import plain_config
+from tntrun.plan import DatasetInfo, MachineFacts, Plan, PlanError, build_plan, scale_learning_rate
+from tntrun.schedules import ScheduleParams, learning_rate
 
-DIGITS = DatasetInfo(num_train=1437, num_val=360, input_shape=(64,), num_classes=10)
+DIGITS = DatasetInfo(num_train=1438, num_val=359, input_shape=(64,), num_classes=10)
+IMAGENET = DatasetInfo(num_train=1_281_167, num_val=50_000, input_shape=(224, 224, 3),
+                       num_classes=1000)  # fmt: skip
+FACTS = MachineFacts(cores_per_node=2, numactl="/usr/bin/numactl")
 
 
-def plan_for(compose_cfg, *overrides: str, data: DatasetInfo = DIGITS, cores: int = 2) -> Plan:
-    cfg = OmegaConf.to_container(compose_cfg(*overrides), resolve=True)
-    return build_plan(
-        cfg,
-        data,
-        cores_per_node=cores,
-        python="python",
-        horovodrun="horovodrun",
-        run_dir=Path("/runs/x"),
-    )
+def plan_for(compose_cfg, *overrides: str, data=DIGITS, facts=FACTS) -> Plan:
+    cfg = plain_config(compose_cfg(*overrides), list(overrides))
+    return build_plan(cfg, data, facts, Path("/runs/x"))
 
 
 def test_default_plan_splits_global_batch_over_two_cpu_ranks(compose_cfg):
     plan = plan_for(compose_cfg)
     assert plan.world_size == 2 and plan.micro_batch_size == 32
-    assert plan.steps_per_epoch == 1437 // 64 == 22
+    assert plan.steps_per_epoch == 1438 // 64 == 22
     assert plan.total_steps == 22 * plan.epochs
     assert plan.threads_per_rank == 1
     assert plan.scaled_lr == pytest.approx(0.002)  # adam 0.002 stated at batch 64
     cmd = plan.launch_command
     assert cmd[:6] == ("horovodrun", "--gloo", "-np", "2", "-H", "localhost:2")
     assert cmd[-4:] == ("python", "-m", "tntrun.worker", "/runs/x")
-    assert dict(plan.launch_env)["TF_USE_LEGACY_KERAS"] == "1"
+    env = dict(plan.launch_env)
+    assert env["TF_USE_LEGACY_KERAS"] == "1" and env["CUDA_VISIBLE_DEVICES"] == "-1"
 
 
-def test_multi_node_gpu_layout(compose_cfg):
+def test_two_nodes_of_four_gpus(compose_cfg):
     plan = plan_for(
-        compose_cfg,
-        "nodes=2",
-        "gpus=4",
-        "hosts=[a,b]",
-        "global_batch_size=512",
-        "optimizer=sgd",
-        data=DatasetInfo(100_000, 1000, (224, 224, 3), 1000),
-    )
+        compose_cfg, "nodes=2", "gpus=4", "hosts=[a,b]", "global_batch_size=512",
+        "optimizer=sgd", data=IMAGENET,
+    )  # fmt: skip
     assert plan.world_size == 8 and plan.micro_batch_size == 64
-    assert plan.launch_command[2:6] == ("-np", "8", "-H", "a:4,b:4")
+    assert plan.launch_command[1:6] == ("--gloo", "-np", "8", "-H", "a:4,b:4")
     assert plan.scaled_lr == pytest.approx(0.2)  # 0.1 at 256, linear
+    assert [(p.host, p.gpu) for p in plan.placements] == [
+        ("a", 0), ("a", 1), ("a", 2), ("a", 3), ("b", 0), ("b", 1), ("b", 2), ("b", 3)
+    ]  # fmt: skip
+    assert "CUDA_VISIBLE_DEVICES" not in dict(plan.launch_env)
+
+
+def test_threads_default_to_cores_over_ranks(compose_cfg):
+    facts = MachineFacts(cores_per_node=16)
+    assert plan_for(compose_cfg, "ranks_per_node=4", "global_batch_size=64", facts=facts)\
+        .threads_per_rank == 4  # fmt: skip
+    assert plan_for(compose_cfg, "threads_per_rank=3").threads_per_rank == 3
+
+
+def test_micro_batch_size_derives_the_global_batch(compose_cfg):
+    plan = plan_for(compose_cfg, "micro_batch_size=16")
+    assert plan.global_batch_size == 32 and plan.micro_batch_size == 16
+    assert plan.scaled_lr == pytest.approx(0.002 * 32 / 64)
+    same = plan_for(compose_cfg, "micro_batch_size=16", "global_batch_size=32")
+    assert same.global_batch_size == 32
+
+
+def test_validation_micro_batch(compose_cfg):
+    assert plan_for(compose_cfg).val_micro_batch_size == 32
+    assert plan_for(compose_cfg, "val_micro_batch_size=100").val_micro_batch_size == 100
+
+
+def test_gradient_accumulation_counts_into_batch_and_lr(compose_cfg):
+    plan = plan_for(compose_cfg, "horovod.backward_passes_per_step=2")
+    assert plan.effective_batch_size == 128
+    assert plan.scaled_lr == pytest.approx(0.004)
+    assert plan.optimizer_steps == plan.total_steps // 2
 
 
 @pytest.mark.parametrize(
@@ -61,44 +87,105 @@ def test_learning_rate_scaling(scaling, expected):
     assert scale_learning_rate(0.1, 1024, 256, scaling) == pytest.approx(expected)
 
 
-def test_unknown_scaling_is_named():
-    with pytest.raises(PlanError, match="schedule.scaling='cubic'"):
-        scale_learning_rate(0.1, 512, 256, "cubic")
+def test_goyal_schedule_matches_its_formula_at_every_step(compose_cfg):
+    # 1438 samples / 64 = 22 steps per epoch; 10 epochs; warmup 2; decays at 4, 6, 8.
+    plan = plan_for(
+        compose_cfg, "schedule=warmup_piecewise", "train.epochs=10", "optimizer=sgd",
+        "schedule.warmup_epochs=2", "schedule.boundaries_epochs=[4,6,8]",
+    )  # fmt: skip
+    s = plan.schedule
+    peak = 0.1 * 64 / 256
+    assert s.warmup_steps == 44 and s.boundaries == (88, 132, 176) and s.total_steps == 220
+    assert s.warmup_start_lr == pytest.approx(peak / 2)  # scaled LR / world size
+    for step in range(s.total_steps):
+        if step < 44:
+            expected = peak / 2 + (peak - peak / 2) * step / 44
+        else:
+            expected = peak * 0.1 ** sum(step >= b for b in (88, 132, 176))
+        assert learning_rate(step, s) == pytest.approx(expected, rel=1e-9), step
 
 
-def test_indivisible_global_batch_suggests_valid_sizes(compose_cfg):
-    with pytest.raises(PlanError, match=r"global_batch_size=65 .* use global_batch_size=64 or 66"):
-        plan_for(compose_cfg, "global_batch_size=65")
+def test_inverse_sqrt_matches_vaswani():
+    s = ScheduleParams(name="inverse_sqrt", peak_lr=1.0, total_steps=12000, warmup_steps=4000,
+                       d_model=1024)  # fmt: skip
+    steps = np.arange(s.total_steps)
+    got = learning_rate(steps, s)
+    for step in (0, 1, 3999, 4000, 4001, 11999):
+        n = step + 1
+        assert got[step] == pytest.approx(1024**-0.5 * min(n**-0.5, n * 4000**-1.5), rel=1e-9)
+    assert got.argmax() == 3999  # peak at step_num == warmup_steps
 
 
-def test_multi_node_without_hosts_says_how_to_give_them(compose_cfg):
-    with pytest.raises(PlanError, match=r"nodes=2 needs the hosts .* hosts=\[h1,h2"):
-        plan_for(compose_cfg, "nodes=2")
+def test_cosine_ends_at_the_final_fraction(compose_cfg):
+    plan = plan_for(compose_cfg, "schedule=warmup_cosine", "schedule.warmup_epochs=1",
+                    "schedule.final_lr_fraction=0.1")  # fmt: skip
+    s = plan.schedule
+    assert learning_rate(s.warmup_steps, s) == pytest.approx(plan.scaled_lr)
+    assert learning_rate(s.total_steps, s) == pytest.approx(0.1 * plan.scaled_lr)
 
 
-def test_more_hosts_than_nodes(compose_cfg):
-    with pytest.raises(PlanError, match="hosts lists 3 hosts but nodes=2"):
-        plan_for(compose_cfg, "nodes=2", "hosts=[a,b,c]")
+def test_epoch_values_follow_the_real_steps_per_epoch(compose_cfg):
+    for batch in (32, 128):
+        plan = plan_for(compose_cfg, "schedule=warmup_piecewise", "train.epochs=90",
+                        f"global_batch_size={batch}", "optimizer=sgd")  # fmt: skip
+        per_epoch = 1438 // batch
+        assert plan.schedule.warmup_steps == 5 * per_epoch
+        assert plan.schedule.boundaries == (30 * per_epoch, 60 * per_epoch, 80 * per_epoch)
 
 
-def test_fusion_threshold_in_bytes_and_env(compose_cfg):
-    plan = plan_for(compose_cfg, "horovod.fusion_threshold_kb=32")
-    assert plan.fusion_threshold_bytes == 32 * 1024
-    assert dict(plan.launch_env)["HOROVOD_FUSION_THRESHOLD"] == str(32 * 1024)
-    with pytest.raises(PlanError, match="horovod.fusion_threshold_kb=-1"):
-        plan_for(compose_cfg, "horovod.fusion_threshold_kb=-1")
+def test_horovod_knobs_map_to_flags_and_environment(compose_cfg):
+    plan = plan_for(
+        compose_cfg, "horovod.fusion_threshold_kb=32", "horovod.cycle_time_ms=2.5",
+        "horovod.autotune=true", "horovod.timeline=true", "horovod.hierarchical_allreduce=true",
+    )  # fmt: skip
+    env, cmd = dict(plan.launch_env), plan.launch_command
+    assert plan.fusion_threshold_bytes == 32768 and env["HOROVOD_FUSION_THRESHOLD"] == "32768"
+    assert env["HOROVOD_CYCLE_TIME"] == "2.5"
+    assert "--autotune" in cmd and "/runs/x/horovod_autotune.csv" in cmd
+    assert cmd[cmd.index("--timeline-filename") + 1] == "/runs/x/horovod_timeline.json"
+    assert "--hierarchical-allreduce" in cmd
+    assert plan_for(compose_cfg, "horovod.fusion_threshold_kb=0").fusion_threshold_bytes == 0
+
+
+def test_pin_to_socket_places_ranks_round_robin(compose_cfg):
+    facts = MachineFacts(cores_per_node=8, sockets_per_node=2, numactl="/usr/bin/numactl")
+    plan = plan_for(compose_cfg, "pin_to_socket=true", "ranks_per_node=4", facts=facts)
+    assert [p.socket for p in plan.placements] == [0, 1, 0, 1]
+
+
+def test_hosts_from_a_slurm_allocation(compose_cfg):
+    facts = MachineFacts(cores_per_node=2, env={"SLURM_JOB_NODELIST": "node[01-04]"})
+    plan = plan_for(compose_cfg, "nodes=3", "global_batch_size=60", facts=facts)
+    assert plan.hosts == (("node01", 2), ("node02", 2), ("node03", 2))
+
+
+def test_hosts_from_a_hostfile(compose_cfg, tmp_path):
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("# cluster\nalpha slots=2\nbeta:4\n")
+    plan = plan_for(compose_cfg, "nodes=2", f"hostfile={hostfile}", "global_batch_size=64")
+    assert plan.launch_command[5] == "alpha:2,beta:2"
 
 
 def test_plan_round_trips_through_json(compose_cfg):
-    plan = plan_for(compose_cfg, "hosts=[localhost]")
+    plan = plan_for(compose_cfg, "schedule=warmup_piecewise", "schedule.boundaries_epochs=[10]",
+                    "pin_to_socket=true", "horovod.autotune=true")  # fmt: skip
     assert Plan.from_json(plan.to_json()) == plan
 
 
-def test_planning_does_not_import_tensorflow():
-    import subprocess
+def test_every_problem_is_reported_at_once(compose_cfg):
+    with pytest.raises(PlanError) as err:
+        plan_for(compose_cfg, "global_batch_size=63", "horovod.fusion_threshold_kb=-1")
+    assert len(err.value.problems) == 2
 
+
+def test_pinning_without_numactl_is_refused(compose_cfg):
+    with pytest.raises(PlanError, match="pin_to_socket=true needs numactl"):
+        plan_for(compose_cfg, "pin_to_socket=true", facts=MachineFacts(cores_per_node=2))
+
+
+def test_planning_does_not_import_tensorflow():
     code = (
-        "import sys, tntrun.cli, tntrun.plan, tntrun.tracking, tntrun.launch;"
+        "import sys, tntrun.cli, tntrun.plan, tntrun.plan_view, tntrun.tracking, tntrun.launch;"
         "from tntrun.datasets.digits import DigitsDataset; DigitsDataset().info();"
         "bad = [m for m in ('tensorflow', 'horovod', 'tf_keras', 'keras') if m in sys.modules];"
         "sys.exit(f'driver imported {bad}' if bad else 0)"

@@ -7,8 +7,6 @@ config, derives the plan, creates the MLflow run, starts the ranks with
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
 import sys
 from pathlib import Path
@@ -20,40 +18,65 @@ from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from tntrun import preflight
 from tntrun.launch import run_ranks
 from tntrun.plan import Plan, PlanError, build_plan
+from tntrun.plan_view import plot_schedule, render_plan
+from tntrun.schema import register
 from tntrun.tracking import RunTracker, flatten, tracking_uri, ui_command
 
 EXIT_CONFIG_ERROR = 2
-
-
-def _horovodrun() -> str:
-    """The horovodrun next to this interpreter (a venv need not be activated)."""
-    beside = Path(sys.executable).parent / "horovodrun"
-    if beside.exists():
-        return str(beside)
-    found = shutil.which("horovodrun")
-    if found is None:
-        raise PlanError("horovodrun not found: run `make setup` (scripts/setup_env.sh) first")
-    return found
+register()
 
 
 def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def make_plan(cfg: DictConfig, run_dir: Path) -> Plan:
-    """Resolve the dataset's shape and derive the plan (no TensorFlow involved)."""
-    dataset = instantiate(cfg.dataset)
-    plain = OmegaConf.to_container(cfg, resolve=True)
+def _config_error(problems: list[str]) -> int:
+    for problem in problems:
+        print(f"tntrun: config error: {problem}", file=sys.stderr)
+    return EXIT_CONFIG_ERROR
+
+
+def plain_config(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
+    """The resolved config as plain data, with the user's batch intent applied.
+
+    ``micro_batch_size=N`` on its own derives the global batch, so the config's
+    default ``global_batch_size`` is dropped unless it was overridden too.
+    """
+    plain = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    given = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+    if plain.get("micro_batch_size") is not None and "global_batch_size" not in given:
+        plain["global_batch_size"] = None
+    return plain
+
+
+def make_plan(cfg: DictConfig, overrides: list[str], run_dir: Path) -> Plan:
+    """Check the zoo targets, size the dataset and derive the plan (no TensorFlow)."""
+    preflight.check_target("model", cfg.model._target_)
+    preflight.check_target("dataset", cfg.dataset._target_)
+    try:
+        dataset = instantiate(cfg.dataset)
+    except Exception as err:  # a dataset's own argument check
+        raise PlanError(f"dataset: {err.__cause__ or err}") from None
     return build_plan(
-        plain,
-        dataset.info(),
-        cores_per_node=os.cpu_count() or 1,
-        python=sys.executable,
-        horovodrun=_horovodrun(),
-        run_dir=run_dir,
+        plain_config(cfg, overrides),
+        preflight.dataset_info(dataset),
+        preflight.machine_facts(),
+        run_dir,
     )
+
+
+def dry_run(cfg: DictConfig, plan: Plan, run_dir: Path) -> int:
+    """Show the config, the plan and the launch command; start nothing."""
+    print("== Config ==")
+    print(OmegaConf.to_yaml(cfg, resolve=True))
+    print(render_plan(plan))
+    plot = plot_schedule(plan, run_dir / "lr_schedule.png")
+    print(f"\nLR schedule plot: {plot}")
+    print("dry run: nothing was launched and no MLflow run was created")
+    return 0
 
 
 def train(cfg: DictConfig) -> int:
@@ -61,10 +84,11 @@ def train(cfg: DictConfig) -> int:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir).resolve()
     try:
-        plan = make_plan(cfg, run_dir)
-    except (PlanError, ValueError) as err:
-        print(f"tntrun: config error: {err}", file=sys.stderr)
-        return EXIT_CONFIG_ERROR
+        plan = make_plan(cfg, list(hydra_cfg.overrides.task), run_dir)
+    except PlanError as err:
+        return _config_error(err.problems)
+    if cfg.dry_run:
+        return dry_run(cfg, plan, run_dir)
 
     output_root = Path(cfg.output_root)
     uri = tracking_uri(cfg.tracking.uri, output_root)
@@ -95,6 +119,7 @@ def train(cfg: DictConfig) -> int:
         tracker.log_params(params)
         tracker.log_artifact(run_dir / "config.yaml")
         tracker.log_artifact(run_dir / "plan.json")
+        tracker.log_artifact(plot_schedule(plan, run_dir / "lr_schedule.png"))
 
         print(
             f"tntrun: {plan.world_size} ranks on {', '.join(f'{h}:{s}' for h, s in plan.hosts)}; "
@@ -143,6 +168,9 @@ def _hydra_entry(cfg: DictConfig) -> None:
 
 def main() -> None:
     """Console-script entry point; a sweep exits non-zero if any of its jobs failed."""
+    problems = preflight.unknown_group_choices(sys.argv[1:])
+    if problems:
+        sys.exit(_config_error(problems))
     _hydra_entry()
     if _failed_jobs:
         print(f"tntrun: {len(_failed_jobs)} sweep job(s) failed", file=sys.stderr)

@@ -1,8 +1,8 @@
 """The training plan: every number and command derived from the config, before launch.
 
-Pure: no TensorFlow, no I/O besides reading ``os.cpu_count``-like facts passed in.
-A :class:`Plan` is immutable and serialises to JSON so the ranks read the exact
-numbers the driver showed.
+Pure: a resolved config and the machine facts go in, an immutable :class:`Plan`
+comes out. No TensorFlow, no processes. The plan serialises to JSON so the
+ranks train with exactly the numbers the driver showed.
 """
 
 from __future__ import annotations
@@ -10,16 +10,23 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tntrun.layout import LayoutError, RankPlacement, place_ranks, ranks_per_node, resolve_hosts
+from tntrun.schedules import ScheduleParams
 
 LR_SCALINGS = ("linear", "sqrt", "none")
 
 
 class PlanError(ValueError):
-    """A config value that cannot produce a valid plan; the message names key and fix."""
+    """One or more config values that cannot make a valid plan, one line each."""
+
+    def __init__(self, problems: str | list[str]) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("\n".join(self.problems))
 
 
 @dataclass(frozen=True)
@@ -33,28 +40,56 @@ class DatasetInfo:
 
 
 @dataclass(frozen=True)
+class MachineFacts:
+    """Facts about the launching node that the plan depends on."""
+
+    cores_per_node: int
+    sockets_per_node: int = 1
+    numactl: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    python: str = "python"
+    horovodrun: str = "horovodrun"
+
+
+@dataclass(frozen=True)
+class HorovodKnob:
+    """How one ``horovod.*`` setting reaches Horovod."""
+
+    key: str
+    value: Any
+    mechanism: str  # e.g. "env HOROVOD_FUSION_THRESHOLD=32768" or "flag --autotune"
+
+
+@dataclass(frozen=True)
 class Plan:
     """Immutable derived plan of one training run."""
 
     nodes: int
     ranks_per_node: int
     world_size: int
+    gpus_per_node: int
     hosts: tuple[tuple[str, int], ...]
+    placements: tuple[RankPlacement, ...]
+    pin_to_socket: bool
     threads_per_rank: int
     global_batch_size: int
     micro_batch_size: int
     val_micro_batch_size: int
+    backward_passes_per_step: int
+    effective_batch_size: int
     num_train: int
     num_val: int
     steps_per_epoch: int
     epochs: int
     total_steps: int
+    optimizer_steps: int
     base_lr: float
     base_batch_size: int
     lr_scaling: str
     scaled_lr: float
+    schedule: ScheduleParams
     fusion_threshold_bytes: int | None
-    cycle_time_ms: float | None
+    horovod: tuple[HorovodKnob, ...]
     launch_command: tuple[str, ...]
     launch_env: tuple[tuple[str, str], ...]
 
@@ -65,6 +100,11 @@ class Plan:
     def from_json(cls, text: str) -> Plan:
         raw = json.loads(text)
         raw["hosts"] = tuple(tuple(h) for h in raw["hosts"])
+        raw["placements"] = tuple(RankPlacement(**p) for p in raw["placements"])
+        raw["schedule"] = ScheduleParams(
+            **{**raw["schedule"], "boundaries": tuple(raw["schedule"]["boundaries"])}
+        )
+        raw["horovod"] = tuple(HorovodKnob(**k) for k in raw["horovod"])
         raw["launch_command"] = tuple(raw["launch_command"])
         raw["launch_env"] = tuple(tuple(kv) for kv in raw["launch_env"])
         return cls(**raw)
@@ -79,19 +119,15 @@ class Plan:
     def summary_params(self) -> dict[str, Any]:
         """Plan values worth logging as run parameters (prefixed ``plan.``)."""
         keys = (
-            "world_size",
-            "nodes",
-            "ranks_per_node",
-            "threads_per_rank",
-            "global_batch_size",
-            "micro_batch_size",
-            "val_micro_batch_size",
-            "steps_per_epoch",
-            "total_steps",
-            "scaled_lr",
+            "world_size", "nodes", "ranks_per_node", "threads_per_rank", "global_batch_size",
+            "micro_batch_size", "val_micro_batch_size", "effective_batch_size",
+            "steps_per_epoch", "total_steps", "optimizer_steps", "scaled_lr",
             "fusion_threshold_bytes",
-        )
-        return {f"plan.{k}": getattr(self, k) for k in keys}
+        )  # fmt: skip
+        params = {f"plan.{k}": getattr(self, k) for k in keys}
+        params["plan.warmup_steps"] = self.schedule.warmup_steps
+        params["plan.decay_steps"] = ",".join(map(str, self.schedule.boundaries))
+        return params
 
 
 def scale_learning_rate(base_lr: float, global_batch: int, base_batch: int, scaling: str) -> float:
@@ -106,147 +142,249 @@ def scale_learning_rate(base_lr: float, global_batch: int, base_batch: int, scal
     raise PlanError(f"schedule.scaling={scaling!r}: choose one of {', '.join(LR_SCALINGS)}")
 
 
-def resolve_hosts(cfg: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
-    """Hosts and their slots (ranks) from ``hosts=[a,b]``, else localhost for one node."""
-    nodes, ranks = int(cfg["nodes"]), int(cfg["ranks_per_node"])
-    hosts = cfg.get("hosts")
-    if hosts:
-        if len(hosts) > nodes:
+def batch_sizes(cfg: Mapping[str, Any], world: int) -> tuple[int, int]:
+    """(global, micro) batch from ``global_batch_size`` or ``micro_batch_size``."""
+    global_batch, micro = cfg.get("global_batch_size"), cfg.get("micro_batch_size")
+    if micro is not None:
+        if micro < 1:
+            raise PlanError(f"micro_batch_size={micro}: a rank needs at least 1 sample per step")
+        if global_batch is not None and global_batch != micro * world:
             raise PlanError(
-                f"hosts lists {len(hosts)} hosts but nodes={nodes}: "
-                f"set nodes={len(hosts)} or list {nodes} host(s)"
+                f"global_batch_size={global_batch} and micro_batch_size={micro} disagree on "
+                f"{world} ranks ({micro} x {world} = {micro * world}): give only one of them"
             )
-        if len(hosts) < nodes:
+        return micro * world, micro
+    if global_batch is None:
+        raise PlanError("global_batch_size is not set: give global_batch_size or micro_batch_size")
+    if global_batch < world:
+        raise PlanError(
+            f"global_batch_size={global_batch} gives a micro-batch < 1 on {world} ranks: "
+            f"use global_batch_size={world} or more"
+        )
+    if global_batch % world:
+        lower = global_batch - global_batch % world
+        raise PlanError(
+            f"global_batch_size={global_batch} is not divisible by the world size {world}: "
+            f"use global_batch_size={lower} or {lower + world}"
+        )
+    return global_batch, global_batch // world
+
+
+def schedule_params(
+    sched: Mapping[str, Any], *, peak_lr: float, world: int, updates_per_epoch: float,
+    optimizer_steps: int, epochs: int,
+) -> ScheduleParams:  # fmt: skip
+    """Convert the epoch-denominated schedule config into optimizer steps, checking it."""
+    name = str(sched.get("name", "constant"))
+    warmup_epochs = float(sched.get("warmup_epochs") or 0.0)
+    if name == "constant":
+        if warmup_epochs or sched.get("warmup_steps"):
             raise PlanError(
-                f"nodes={nodes} but hosts lists only {len(hosts)}: "
-                f"list one host per node, e.g. hosts=[{','.join(f'node{i}' for i in range(nodes))}]"
+                "schedule.warmup_epochs has no effect with schedule.name=constant: "
+                "use schedule=warmup_piecewise or schedule=warmup_cosine"
             )
-        return tuple((str(h), ranks) for h in hosts)
-    if nodes == 1:
-        return (("localhost", ranks),)
-    raise PlanError(
-        f"nodes={nodes} needs the hosts to run on: give hosts=[h1,h2,...] "
-        "or run inside a Slurm allocation"
+        return ScheduleParams(name=name, peak_lr=peak_lr, total_steps=optimizer_steps)
+    explicit = sched.get("warmup_steps")
+    warmup = int(explicit) if explicit is not None else round(warmup_epochs * updates_per_epoch)
+    if warmup > optimizer_steps:
+        given = (
+            f"warmup_steps={explicit}"
+            if explicit is not None
+            else (f"warmup_epochs={warmup_epochs:g}")
+        )
+        raise PlanError(
+            f"schedule.{given} ({warmup} steps) is longer than training ({optimizer_steps} "
+            f"steps, train.epochs={epochs}): shorten the warmup or raise train.epochs"
+        )
+    boundaries_epochs = list(sched.get("boundaries_epochs") or [])
+    if name != "warmup_piecewise":
+        boundaries_epochs = []
+    for epoch in boundaries_epochs:
+        if epoch >= epochs:
+            raise PlanError(
+                f"schedule.boundaries_epochs has {epoch:g}, beyond the last epoch "
+                f"(train.epochs={epochs}): drop it or raise train.epochs above {epoch:g}"
+            )
+    if sorted(boundaries_epochs) != boundaries_epochs:
+        raise PlanError(f"schedule.boundaries_epochs={boundaries_epochs} must be increasing")
+    start = sched.get("warmup_start_lr")
+    return ScheduleParams(
+        name=name,
+        peak_lr=peak_lr,
+        total_steps=optimizer_steps,
+        warmup_steps=warmup,
+        warmup_start_lr=peak_lr / world if start is None else float(start),
+        boundaries=tuple(round(e * updates_per_epoch) for e in boundaries_epochs),
+        decay_rate=float(sched.get("decay_rate", 0.1)),
+        final_lr=peak_lr * float(sched.get("final_lr_fraction") or 0.0),
+        d_model=int(sched.get("d_model", 512)),
     )
 
 
-def ranks_per_node(cfg: Mapping[str, Any]) -> int:
-    """Ranks on each node: one per GPU, or ``ranks_per_node`` CPU ranks when gpus=0."""
-    gpus = int(cfg["gpus"])
-    if gpus < 0:
-        raise PlanError(f"gpus={gpus}: give the GPUs per node (0 for CPU ranks)")
-    if gpus > 0:
-        return gpus
-    ranks = int(cfg["ranks_per_node"])
-    if ranks < 1:
-        raise PlanError(f"ranks_per_node={ranks}: CPU runs need at least 1 rank per node")
-    return ranks
+def horovod_knobs(hvd: Mapping[str, Any], run_dir: Path) -> tuple[HorovodKnob, ...]:
+    """Map ``horovod.*`` to horovodrun flags, HOROVOD_* variables or in-rank settings."""
+    fusion_kb = hvd.get("fusion_threshold_kb")
+    if fusion_kb is not None and fusion_kb < 0:
+        raise PlanError(
+            f"horovod.fusion_threshold_kb={fusion_kb}: use 0 to disable fusion or a positive size"
+        )
+    knobs = []
+    if fusion_kb is not None:
+        knobs.append(
+            HorovodKnob(
+                "fusion_threshold_kb", fusion_kb, f"env HOROVOD_FUSION_THRESHOLD={fusion_kb * 1024}"
+            )
+        )
+    if hvd.get("cycle_time_ms") is not None:
+        cycle = hvd["cycle_time_ms"]
+        if cycle <= 0:
+            raise PlanError(f"horovod.cycle_time_ms={cycle}: give a positive time in ms")
+        knobs.append(HorovodKnob("cycle_time_ms", cycle, f"env HOROVOD_CYCLE_TIME={cycle:g}"))
+    if hvd.get("autotune"):
+        log = run_dir / "horovod_autotune.csv"
+        knobs.append(HorovodKnob("autotune", True, f"flag --autotune --autotune-log-file {log}"))
+    if hvd.get("timeline"):
+        knobs.append(
+            HorovodKnob(
+                "timeline", True, f"flag --timeline-filename {run_dir / 'horovod_timeline.json'}"
+            )
+        )
+    if hvd.get("hierarchical_allreduce"):
+        knobs.append(HorovodKnob("hierarchical_allreduce", True, "flag --hierarchical-allreduce"))
+    compression = str(hvd.get("compression", "none"))
+    knobs.append(HorovodKnob("compression", compression, "in-rank DistributedOptimizer"))
+    passes = int(hvd.get("backward_passes_per_step", 1))
+    if passes < 1:
+        raise PlanError(
+            f"horovod.backward_passes_per_step={passes}: use 1 (no accumulation) or more"
+        )
+    knobs.append(HorovodKnob("backward_passes_per_step", passes, "in-rank DistributedOptimizer"))
+    return tuple(knobs)
+
+
+def _launch(
+    knobs: tuple[HorovodKnob, ...], hosts: tuple[tuple[str, int], ...], world: int,
+    start_timeout: int, facts: MachineFacts, run_dir: Path, cpu_only: bool,
+) -> tuple[tuple[str, ...], dict[str, str]]:  # fmt: skip
+    """The horovodrun command line and the environment the ranks get."""
+    # Keras 2 on the ranks (Horovod does not average gradients under Keras 3);
+    # TensorFlow's C++ start-up chatter off (Python errors still surface).
+    env = {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    if cpu_only:
+        env["CUDA_VISIBLE_DEVICES"] = "-1"  # CPU ranks: keep TensorFlow off any GPU
+    flags: list[str] = []
+    for knob in knobs:
+        kind, _, rest = knob.mechanism.partition(" ")
+        if kind == "env":
+            name, _, value = rest.partition("=")
+            env[name] = value
+        elif kind == "flag":
+            flags.extend(rest.split())
+    command = (
+        facts.horovodrun, "--gloo", "-np", str(world),
+        "-H", ",".join(f"{host}:{slots}" for host, slots in hosts),
+        "--start-timeout", str(start_timeout), *flags,
+        facts.python, "-m", "tntrun.worker", str(run_dir),
+    )  # fmt: skip
+    return command, env
+
+
+def _collect(problems: list[str], build: Callable[[], Any]) -> Any:
+    """Run one planning section, recording its problem instead of stopping."""
+    try:
+        return build()
+    except (PlanError, LayoutError) as err:
+        problems.extend(getattr(err, "problems", [str(err)]))
+        return None
 
 
 def build_plan(
-    cfg: Mapping[str, Any],
-    data: DatasetInfo,
-    *,
-    cores_per_node: int,
-    python: str,
-    horovodrun: str,
-    run_dir: Path,
+    cfg: Mapping[str, Any], data: DatasetInfo, facts: MachineFacts, run_dir: Path
 ) -> Plan:
-    """Derive the plan from a resolved config (a plain nested mapping)."""
-    nodes = int(cfg["nodes"])
-    if nodes < 1:
-        raise PlanError(f"nodes={nodes}: a run needs at least 1 node")
-    per_node = ranks_per_node(cfg)
-    layout = {**cfg, "ranks_per_node": per_node}
-    hosts = resolve_hosts(layout)
-    world = nodes * per_node
+    """Derive the plan from a resolved config (a plain nested mapping).
 
-    global_batch = int(cfg["global_batch_size"])
-    if global_batch % world:
-        lower = global_batch - global_batch % world
-        upper = lower + world
-        raise PlanError(
-            f"global_batch_size={global_batch} is not divisible by the world size {world}: "
-            f"use global_batch_size={lower} or {upper}"
+    Raises :class:`PlanError` listing every problem found, one line each.
+    """
+    problems: list[str] = []
+    gpus = int(cfg.get("gpus", 0))
+    per_node = _collect(problems, lambda: ranks_per_node(gpus, int(cfg["ranks_per_node"])))
+    hosts = per_node and _collect(problems, lambda: resolve_hosts(cfg, per_node, facts.env))
+    world = int(cfg["nodes"]) * per_node if hosts else None
+    batches = world and _collect(problems, lambda: batch_sizes(cfg, world))
+    knobs = _collect(problems, lambda: horovod_knobs(cfg["horovod"], run_dir))
+    epochs = int(cfg["train"]["epochs"])
+    if epochs < 1:
+        problems.append(f"train.epochs={epochs}: train for at least 1 epoch")
+    pin = bool(cfg.get("pin_to_socket"))
+    if pin and facts.numactl is None:
+        problems.append(
+            "pin_to_socket=true needs numactl, which is not installed: "
+            "install it (apt-get install numactl) or set pin_to_socket=false"
         )
-    micro = global_batch // world
-    if micro < 1:
-        raise PlanError(
-            f"global_batch_size={global_batch} gives a micro-batch < 1 on {world} ranks"
-        )
-    val_micro = int(cfg.get("val_micro_batch_size") or micro)
+    threads = cfg.get("threads_per_rank")
+    if threads is not None and threads < 1:
+        problems.append(f"threads_per_rank={threads}: use 1 or more, or null for cores/ranks")
+    if problems or not batches or knobs is None:
+        raise PlanError(problems)
 
-    train = cfg["train"]
-    drop = bool(train.get("drop_remainder", True))
+    global_batch, micro = batches
+    passes = next(k.value for k in knobs if k.key == "backward_passes_per_step")
+    drop = bool(cfg["train"].get("drop_remainder", True))
     steps = data.num_train // global_batch if drop else math.ceil(data.num_train / global_batch)
     if steps < 1:
         raise PlanError(
             f"global_batch_size={global_batch} exceeds the {data.num_train} training samples: "
             "lower global_batch_size"
         )
-    epochs = int(train["epochs"])
-    if epochs < 1:
-        raise PlanError(f"train.epochs={epochs}: train for at least 1 epoch")
-
-    opt = cfg["optimizer"]
-    scaling = str(cfg["schedule"].get("scaling", "linear"))
-    base_lr, base_batch = float(opt["base_lr"]), int(opt["base_batch_size"])
-    scaled = scale_learning_rate(base_lr, global_batch, base_batch, scaling)
-
-    hvd = cfg["horovod"]
-    fusion_kb = hvd.get("fusion_threshold_kb")
-    if fusion_kb is not None and fusion_kb < 0:
+    if steps < passes:
         raise PlanError(
-            f"horovod.fusion_threshold_kb={fusion_kb}: use 0 to disable fusion or a positive size"
+            f"horovod.backward_passes_per_step={passes} exceeds the {steps} steps of an epoch: "
+            "lower it or the global batch"
         )
-    fusion_bytes = None if fusion_kb is None else int(fusion_kb) * 1024
-    cycle = hvd.get("cycle_time_ms")
+    opt, sched = cfg["optimizer"], cfg["schedule"]
+    scaling = str(sched.get("scaling", "linear"))
+    base_lr, base_batch = float(opt["base_lr"]), int(opt["base_batch_size"])
+    effective = global_batch * passes
+    scaled = scale_learning_rate(base_lr, effective, base_batch, scaling)
+    optimizer_steps = steps * epochs // passes
+    schedule = schedule_params(
+        sched, peak_lr=scaled, world=world, updates_per_epoch=steps / passes,
+        optimizer_steps=optimizer_steps, epochs=epochs,
+    )  # fmt: skip
 
-    threads = cfg.get("threads_per_rank") or max(1, cores_per_node // per_node)
-    # Keras 2 on the ranks (Horovod does not average gradients under Keras 3);
-    # TensorFlow's C++ start-up chatter off (Python errors still surface).
-    env: dict[str, str] = {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
-    if int(cfg["gpus"]) == 0:
-        env["CUDA_VISIBLE_DEVICES"] = "-1"  # CPU ranks: keep TensorFlow off any GPU
-    if fusion_bytes is not None:
-        env["HOROVOD_FUSION_THRESHOLD"] = str(fusion_bytes)
-    if cycle is not None:
-        env["HOROVOD_CYCLE_TIME"] = str(cycle)
-
-    command = (
-        horovodrun,
-        "--gloo",
-        "-np",
-        str(world),
-        "-H",
-        ",".join(f"{host}:{slots}" for host, slots in hosts),
-        "--start-timeout",
-        str(int(hvd.get("start_timeout", 60))),
-        python,
-        "-m",
-        "tntrun.worker",
-        str(run_dir),
-    )
+    sockets = int(cfg.get("sockets_per_node") or facts.sockets_per_node)
+    command, env = _launch(
+        knobs, hosts, world, int(cfg["horovod"].get("start_timeout", 60)), facts, run_dir,
+        cpu_only=gpus == 0,
+    )  # fmt: skip
+    fusion = next((k.value * 1024 for k in knobs if k.key == "fusion_threshold_kb"), None)
     return Plan(
-        nodes=nodes,
+        nodes=int(cfg["nodes"]),
         ranks_per_node=per_node,
         world_size=world,
+        gpus_per_node=gpus,
         hosts=hosts,
-        threads_per_rank=int(threads),
+        placements=place_ranks(hosts, gpus, sockets if pin else None),
+        pin_to_socket=pin,
+        threads_per_rank=int(threads or max(1, facts.cores_per_node // per_node)),
         global_batch_size=global_batch,
         micro_batch_size=micro,
-        val_micro_batch_size=val_micro,
+        val_micro_batch_size=int(cfg.get("val_micro_batch_size") or micro),
+        backward_passes_per_step=passes,
+        effective_batch_size=effective,
         num_train=data.num_train,
         num_val=data.num_val,
         steps_per_epoch=steps,
         epochs=epochs,
         total_steps=steps * epochs,
+        optimizer_steps=optimizer_steps,
         base_lr=base_lr,
         base_batch_size=base_batch,
         lr_scaling=scaling,
         scaled_lr=scaled,
-        fusion_threshold_bytes=fusion_bytes,
-        cycle_time_ms=None if cycle is None else float(cycle),
+        schedule=schedule,
+        fusion_threshold_bytes=fusion,
+        horovod=knobs,
         launch_command=command,
         launch_env=tuple(sorted(env.items())),
     )

@@ -12,6 +12,19 @@ from pathlib import Path
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 
+PINNED = "TNTRUN_PINNED_TO_SOCKET"
+
+
+def pin_to_socket(plan, argv: list[str]) -> None:
+    """Re-execute this rank under ``numactl``, bound to its socket's cores and memory."""
+    from tntrun.ranks import get_rank
+
+    socket = plan.placements[get_rank()].socket
+    os.environ[PINNED] = str(socket)
+    numactl = ["numactl", f"--cpunodebind={socket}", f"--membind={socket}"]
+    os.execvp("numactl", [*numactl, sys.executable, "-m", "tntrun.worker", *argv[1:]])
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: python -m tntrun.worker <run_dir>", file=sys.stderr)
@@ -23,6 +36,8 @@ def main(argv: list[str]) -> int:
 
     cfg = OmegaConf.load(run_dir / "config.yaml")
     plan = Plan.load(run_dir / "plan.json")
+    if plan.pin_to_socket and not os.environ.get(PINNED):
+        pin_to_socket(plan, argv)
 
     from tntrun.engine import runtime
 

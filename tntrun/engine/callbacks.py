@@ -112,6 +112,18 @@ class EpochTimer(keras.callbacks.Callback):
             logs["samples_per_s"] = self.samples / elapsed
 
 
+class LearningRateLogger(keras.callbacks.Callback):
+    """Add the learning rate in force at the end of the epoch as ``lr``."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None:
+            optimizer = self.model.optimizer
+            lr = optimizer.learning_rate
+            if isinstance(lr, keras.optimizers.schedules.LearningRateSchedule):
+                lr = lr(optimizer.iterations)
+            logs["lr"] = float(tf.convert_to_tensor(lr))
+
+
 class EpochMetricsLogger(keras.callbacks.Callback):
     """Master rank: hand each epoch's (already averaged) logs to ``log_metrics``."""
 

@@ -11,8 +11,11 @@ from hydra.utils import instantiate
 
 from tntrun.engine import callbacks as cb
 from tntrun.engine.data import distribute_eval, distribute_train, shard_size
+from tntrun.engine.lr_schedule import PlannedSchedule
 from tntrun.engine.optimizers import build_optimizer
 from tntrun.plan import Plan
+
+COMPRESSION = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16}
 
 
 def _progress_line(metrics: dict[str, float], epoch: int, epochs: int) -> str:
@@ -43,7 +46,12 @@ def train(cfg: Any, plan: Plan) -> dict[str, float]:
     val_ds = distribute_eval(val_data, micro_batch=plan.val_micro_batch_size, rank=rank, size=size)
 
     model = instantiate(cfg.model, input_shape=info.input_shape, num_classes=info.num_classes)
-    optimizer = hvd_keras.DistributedOptimizer(build_optimizer(cfg.optimizer, plan.scaled_lr))
+    optimizer = hvd_keras.DistributedOptimizer(
+        build_optimizer(cfg.optimizer, PlannedSchedule(plan.schedule)),
+        compression=COMPRESSION[str(cfg.horovod.compression)],
+        backward_passes_per_step=plan.backward_passes_per_step,
+        average_aggregated_gradients=True,
+    )
     model.compile(
         optimizer=optimizer,
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -54,8 +62,11 @@ def train(cfg: Any, plan: Plan) -> dict[str, float]:
         cb.BroadcastInitialState(),
         cb.WeightSyncGuard(),
         cb.EpochTimer(plan.steps_per_epoch * plan.global_batch_size),
+        cb.LearningRateLogger(),
         cb.AverageTrainMetrics(plan.steps_per_epoch * plan.micro_batch_size),
-        cb.ShardedValidation(val_ds, shard_size(info.num_val, rank, size)),
+        cb.ShardedValidation(
+            val_ds, shard_size(info.num_val, rank, size), int(cfg.train.epochs_between_evals)
+        ),
     ]
     if rank == 0:
         from tntrun.engine.mlflow_logger import RankMetricsLogger

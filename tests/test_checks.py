@@ -1,0 +1,66 @@
+"""Every semantic check: one line naming the key and a fix, exit code 2, no MLflow run."""
+
+from __future__ import annotations
+
+import pytest
+
+CHECKS = [
+    (["global_batch_size=63"],
+     "global_batch_size=63 is not divisible by the world size 2: use global_batch_size=62 or 64"),
+    (["global_batch_size=1"], "global_batch_size=1 gives a micro-batch < 1 on 2 ranks"),
+    (["micro_batch_size=0"], "micro_batch_size=0: a rank needs at least 1 sample per step"),
+    (["global_batch_size=64", "micro_batch_size=16"],
+     "global_batch_size=64 and micro_batch_size=16 disagree on 2 ranks"),
+    (["ranks_per_node=0"], "ranks_per_node=0: nodes x ranks per node must be at least 1"),
+    (["nodes=0"], "nodes=0: nodes x ranks per node must be at least 1"),
+    (["hosts=[a,b,c]"], "hosts lists 3 hosts but nodes=1: set nodes=3"),
+    (["nodes=2"], "nodes=2 needs the hosts to run on: give hosts=[h1,h2,...]"),
+    (["hostfile=/no/such/hostfile"], "hostfile=/no/such/hostfile does not exist"),
+    (["schedule=warmup_piecewise", "train.epochs=3", "schedule.boundaries_epochs=[]"],
+     "schedule.warmup_epochs=5 (110 steps) is longer than training (66 steps, train.epochs=3)"),
+    (["schedule=warmup_piecewise", "schedule.warmup_epochs=1"],
+     "schedule.boundaries_epochs has 30, beyond the last epoch (train.epochs=20)"),
+    (["model=resnet9000"], "model=resnet9000: no such model; available: mlp"),
+    (["dataset=imagenet_typo"], "dataset=imagenet_typo: no such dataset; available: digits, npz"),
+    (["model._target_=tntrun.models.nope.build"],
+     "model._target_=tntrun.models.nope.build: module tntrun.models.nope not found"),
+    (["dataset=npz", "dataset.path=/no/such/data.npz"],
+     "dataset.path=/no/such/data.npz does not exist"),
+    (["horovod.fusion_threshold_kb=-1"],
+     "horovod.fusion_threshold_kb=-1: use 0 to disable fusion or a positive size"),
+    (["schedule.warmup_epochs=2"],
+     "schedule.warmup_epochs has no effect with schedule.name=constant"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("overrides", "message"), CHECKS, ids=[c[1][:40] for c in CHECKS])
+def test_check_exits_2_with_one_clear_line(run_tntrun, tmp_path, overrides, message):
+    result = run_tntrun(*overrides)
+    assert result.returncode == 2, result.stderr
+    assert f"tntrun: config error: {message}" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "outputs" / "mlflow.db").exists(), "no MLflow run may be created"
+
+
+def test_malformed_hostfile(run_tntrun, tmp_path):
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("alpha slots=2\nbeta gamma\n")
+    result = run_tntrun("nodes=2", f"hostfile={hostfile}")
+    assert result.returncode == 2
+    assert f"hostfile={hostfile} line 2 ('beta gamma') is malformed" in result.stderr
+
+
+def test_several_problems_one_line_each(run_tntrun):
+    result = run_tntrun("global_batch_size=63", "horovod.fusion_threshold_kb=-1")
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if "config error" in line]
+    assert len(errors) == 2
+
+
+@pytest.mark.parametrize(
+    ("override", "key"), [("gpu=4", "gpu"), ("model.nme=x", "model.nme"), ("gpus=four", "gpus")]
+)
+def test_typos_and_wrong_types_fail_at_composition(run_tntrun, override, key):
+    result = run_tntrun(override)
+    assert result.returncode != 0
+    assert key in result.stderr

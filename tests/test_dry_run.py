@@ -1,0 +1,28 @@
+"""``dry_run=true`` shows everything and starts nothing."""
+
+from __future__ import annotations
+
+import struct
+
+
+def test_dry_run_prints_config_plan_and_command(run_tntrun, tmp_path):
+    result = run_tntrun("dry_run=true", "schedule=warmup_piecewise", "train.epochs=90",
+                        "optimizer=sgd", "global_batch_size=128")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "== Config ==" in out and "global_batch_size: 128" in out
+    assert "global batch                      128 = 2 x 64 (micro-batch)" in out
+    assert "steps per epoch                   11" in out  # 1438 // 128
+    assert "warmup steps                      55 from LR 0.025" in out
+    assert "decay steps                       330, 660, 880 (x0.1)" in out
+    assert "rank 1, host localhost, local rank 1" in out
+    assert "TF_USE_LEGACY_KERAS=1" in out
+    assert "--gloo -np 2 -H localhost:2" in out and "-m tntrun.worker" in out
+    assert "nothing was launched" in out
+    assert not (tmp_path / "outputs" / "mlflow.db").exists()
+
+    (plot,) = (tmp_path / "outputs" / "runs").glob("*/*/lr_schedule.png")
+    header = plot.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", header[16:24])
+    assert (width, height) == (700, 350)

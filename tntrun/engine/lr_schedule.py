@@ -1,0 +1,39 @@
+"""The plan's learning-rate schedule as a Keras ``LearningRateSchedule`` (step-based)."""
+
+from __future__ import annotations
+
+import dataclasses
+from types import SimpleNamespace
+
+import tensorflow as tf
+import tf_keras as keras
+
+from tntrun.schedules import ScheduleParams, learning_rate
+
+TF_OPS = SimpleNamespace(
+    where=tf.where, minimum=tf.minimum, maximum=tf.maximum, cos=tf.cos, sqrt=tf.sqrt,
+    power=tf.pow, float=lambda x: tf.cast(x, tf.float32),
+)  # fmt: skip
+
+
+@keras.saving.register_keras_serializable(package="tntrun")
+class PlannedSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """Evaluates :func:`tntrun.schedules.learning_rate` at the optimizer's step.
+
+    The step is the optimizer's own iteration counter, saved with its state, so
+    a restored optimizer continues the schedule instead of restarting it.
+    Registered with Keras because Horovod rebuilds the optimizer from its config.
+    """
+
+    def __init__(self, params: ScheduleParams) -> None:
+        self.params = params
+
+    def __call__(self, step):
+        return learning_rate(step, self.params, TF_OPS)
+
+    def get_config(self) -> dict:
+        return dataclasses.asdict(self.params)
+
+    @classmethod
+    def from_config(cls, config: dict) -> PlannedSchedule:
+        return cls(ScheduleParams(**{**config, "boundaries": tuple(config["boundaries"])}))

@@ -1,0 +1,173 @@
+"""Typed schema of tntrun's config, registered in Hydra's ConfigStore.
+
+Every YAML under ``conf/`` names its schema in its defaults list (for example
+``- /schema/optimizer/adam@_here_``), so a misspelt key or a value of the wrong
+type fails at composition with Hydra's message naming the key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+class LrScaling(Enum):
+    linear = "linear"
+    sqrt = "sqrt"
+    none = "none"
+
+
+class ScheduleName(Enum):
+    constant = "constant"
+    warmup_piecewise = "warmup_piecewise"
+    warmup_cosine = "warmup_cosine"
+    inverse_sqrt = "inverse_sqrt"
+
+
+class Compression(Enum):
+    none = "none"
+    fp16 = "fp16"
+
+
+@dataclass
+class MlpModel:
+    _target_: str = "tntrun.models.mlp.build_mlp"
+    hidden_units: list[int] = field(default_factory=lambda: [128, 64])
+    dropout: float = 0.0
+
+
+@dataclass
+class DigitsData:
+    _target_: str = "tntrun.datasets.digits.DigitsDataset"
+    validation_fraction: float = 0.2
+
+
+@dataclass
+class NpzData:
+    _target_: str = "tntrun.datasets.npz.NpzDataset"
+    path: str = MISSING
+
+
+@dataclass
+class OptimizerBase:
+    name: str = MISSING
+    # The learning rate that is right at base_batch_size; scaled to the real global batch.
+    base_lr: float = MISSING
+    base_batch_size: int = 256
+
+
+@dataclass
+class AdamOptimizer(OptimizerBase):
+    name: str = "adam"
+    beta_1: float = 0.9
+    beta_2: float = 0.999
+    epsilon: float = 1e-7
+
+
+@dataclass
+class SgdOptimizer(OptimizerBase):
+    name: str = "sgd"
+    momentum: float = 0.0
+    nesterov: bool = False
+
+
+@dataclass
+class ScheduleConfig:
+    name: ScheduleName = ScheduleName.constant
+    scaling: LrScaling = LrScaling.linear
+    warmup_epochs: float = 0.0
+    # Explicit warmup in optimizer steps; overrides warmup_epochs (inverse_sqrt's 4000).
+    warmup_steps: int | None = None
+    # First warmup LR (null: scaled LR / world size, Goyal et al.).
+    warmup_start_lr: float | None = None
+    boundaries_epochs: list[float] = field(default_factory=list)
+    decay_rate: float = 0.1
+    # warmup_cosine: final LR as a fraction of the scaled LR.
+    final_lr_fraction: float = 0.0
+    # inverse_sqrt: the model width in d_model^-0.5.
+    d_model: int = 512
+
+
+@dataclass
+class HorovodConfig:
+    # Tensor fusion buffer in KB (Tarantella's unit); 0 disables fusion, null keeps Horovod's.
+    fusion_threshold_kb: int | None = None
+    cycle_time_ms: float | None = None
+    autotune: bool = False
+    # Write a Horovod timeline (timeline.json in the run directory).
+    timeline: bool = False
+    compression: Compression = Compression.none
+    hierarchical_allreduce: bool = False
+    # Gradient accumulation: micro-batches per optimizer update (counts into the batch).
+    backward_passes_per_step: int = 1
+    start_timeout: int = 60
+
+
+@dataclass
+class TrackingConfig:
+    uri: str | None = None
+    experiment_name: str = "tntrun"
+    run_name: str | None = None
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 20
+    epochs_between_evals: int = 1
+    drop_remainder: bool = True
+    verbose: int = 2
+
+
+@dataclass
+class TntrunConfig:
+    """The primary config. Layout keys are top-level: ``tntrun nodes=2 gpus=4``."""
+
+    model: Any = MISSING
+    dataset: Any = MISSING
+    optimizer: Any = MISSING
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    horovod: HorovodConfig = field(default_factory=HorovodConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    # Samples per optimizer step over all ranks (Tarantella's semantics) ...
+    global_batch_size: int | None = None
+    # ... or per rank; the other one is derived. Both given must agree.
+    micro_batch_size: int | None = None
+    val_micro_batch_size: int | None = None
+    seed: int = 42
+
+    nodes: int = 1
+    gpus: int = 0
+    ranks_per_node: int = 2
+    threads_per_rank: int | None = None
+    sockets_per_node: int | None = None
+    pin_to_socket: bool = False
+    hosts: list[str] | None = None
+    hostfile: str | None = None
+
+    dry_run: bool = False
+    output_root: str = "outputs"
+
+
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "schema/model": {"mlp": MlpModel},
+    "schema/dataset": {"digits": DigitsData, "npz": NpzData},
+    "schema/optimizer": {"adam": AdamOptimizer, "sgd": SgdOptimizer},
+    "schema/schedule": {"schedule": ScheduleConfig},
+    "schema/horovod": {"horovod": HorovodConfig},
+    "schema/tracking": {"tracking": TrackingConfig},
+}
+
+
+def register() -> None:
+    """Store every schema in Hydra's ConfigStore (idempotent)."""
+    store = ConfigStore.instance()
+    store.store(name="tntrun_schema", node=TntrunConfig, provider="tntrun")
+    for group, nodes in SCHEMAS.items():
+        for name, node in nodes.items():
+            store.store(group=group, name=name, node=node, provider="tntrun")
