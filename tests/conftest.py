@@ -26,23 +26,40 @@ def compose_cfg() -> Callable[..., DictConfig]:
     return _compose
 
 
+def clean_env() -> dict[str, str]:
+    """This environment without MLflow/Horovod settings that would leak into a run."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "HOROVOD_"))}
+
+
+def tntrun_command(workdir: Path, *args: str) -> list[str]:
+    return [str(BIN / "tntrun"), f"output_root={workdir / 'outputs'}", *args]
+
+
+def tntrun_cli(workdir: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run the installed ``tntrun`` console script with outputs under ``workdir``."""
+    return subprocess.run(
+        tntrun_command(workdir, *args),
+        cwd=workdir,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 @pytest.fixture
 def run_tntrun(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess]:
-    """Run the installed ``tntrun`` console script with outputs under ``tmp_path``."""
-
-    def _run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "HOROVOD_"))}
-        return subprocess.run(
-            [str(BIN / "tntrun"), f"output_root={tmp_path / 'outputs'}", *args],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-
-    return _run
+    """``tntrun_cli`` with outputs under this test's ``tmp_path``."""
+    return lambda *args, timeout=600: tntrun_cli(tmp_path, *args, timeout=timeout)
 
 
 def store_uri(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}"
+
+
+def run_dir_of(result: subprocess.CompletedProcess) -> Path:
+    """The run directory a finished ``tntrun`` printed."""
+    for line in result.stdout.splitlines():
+        if line.startswith("tntrun: run directory: "):
+            return Path(line.removeprefix("tntrun: run directory: "))
+    raise AssertionError(f"no run directory in output:\n{result.stdout[-2000:]}")

@@ -20,8 +20,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from tntrun import preflight
 from tntrun.launch import run_ranks
-from tntrun.plan import Plan, PlanError, build_plan
+from tntrun.plan import Plan, PlanError, ResumePoint, build_plan
 from tntrun.plan_view import plot_schedule, render_plan
+from tntrun.resume import RUN_ID_FILE, load_resumed_run
 from tntrun.schema import register
 from tntrun.tracking import RunTracker, flatten, tracking_uri, ui_command
 
@@ -52,7 +53,9 @@ def plain_config(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
     return plain
 
 
-def make_plan(cfg: DictConfig, overrides: list[str], run_dir: Path) -> Plan:
+def make_plan(
+    cfg: DictConfig, overrides: list[str], run_dir: Path, resume: ResumePoint | None = None
+) -> Plan:
     """Check the zoo targets, size the dataset and derive the plan (no TensorFlow)."""
     preflight.check_target("model", cfg.model._target_)
     preflight.check_target("dataset", cfg.dataset._target_)
@@ -65,6 +68,7 @@ def make_plan(cfg: DictConfig, overrides: list[str], run_dir: Path) -> Plan:
         preflight.dataset_info(dataset),
         preflight.machine_facts(),
         run_dir,
+        resume,
     )
 
 
@@ -80,11 +84,20 @@ def dry_run(cfg: DictConfig, plan: Plan, run_dir: Path) -> int:
 
 
 def train(cfg: DictConfig) -> int:
-    """Plan, track and launch one run; return the process exit code."""
+    """Plan, track and launch one run (or continue one); return the process exit code."""
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir).resolve()
+    overrides = list(hydra_cfg.overrides.task)
+    groups = [g for g in hydra_cfg.runtime.choices if not g.startswith("hydra/")]
+    resumed = None
     try:
-        plan = make_plan(cfg, list(hydra_cfg.overrides.task), run_dir)
+        if cfg.resume:
+            uri = tracking_uri(cfg.tracking.uri, Path(cfg.output_root))
+            resumed = load_resumed_run(
+                cfg.resume, uri, overrides, groups, bool(cfg.resume_allow_layout_change)
+            )
+            cfg = resumed.config
+        plan = make_plan(cfg, overrides, run_dir, resumed.point if resumed else None)
     except PlanError as err:
         return _config_error(err.problems)
     if cfg.dry_run:
@@ -96,30 +109,33 @@ def train(cfg: DictConfig) -> int:
     plan.save(run_dir / "plan.json")
 
     tracker = RunTracker(uri, cfg.tracking.experiment_name, output_root / "mlartifacts")
-    choices = {
-        f"choice.{k}": str(v)
-        for k, v in hydra_cfg.runtime.choices.items()
-        if not k.startswith("hydra/")
-    }
-    run_id = tracker.start(
-        cfg.tracking.run_name,
-        tags={
-            "world_size": str(plan.world_size),
-            "launch_command": " ".join(plan.launch_command),
-            "run_dir": str(run_dir),
-            "hydra.overrides": " ".join(hydra_cfg.overrides.task),
-            **choices,
-        },
-    )
+    if resumed:
+        run_id = tracker.reopen(resumed.mlflow_run_id, {"resumed_in": str(run_dir)})
+        artifact_dir = f"resumed-{run_dir.name}"
+    else:
+        choices = {f"choice.{g}": str(hydra_cfg.runtime.choices[g]) for g in groups}
+        run_id = tracker.start(
+            cfg.tracking.run_name,
+            tags={
+                "world_size": str(plan.world_size),
+                "launch_command": " ".join(plan.launch_command),
+                "run_dir": str(run_dir),
+                "hydra.overrides": " ".join(overrides),
+                **choices,
+            },
+        )
+        artifact_dir = None
+    (run_dir / RUN_ID_FILE).write_text(run_id)
     status = "FAILED"
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     try:
-        params = dict(flatten(OmegaConf.to_container(cfg, resolve=True)))
-        params.update(plan.summary_params())
-        tracker.log_params(params)
-        tracker.log_artifact(run_dir / "config.yaml")
-        tracker.log_artifact(run_dir / "plan.json")
-        tracker.log_artifact(plot_schedule(plan, run_dir / "lr_schedule.png"))
+        if not resumed:
+            params = dict(flatten(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)))
+            params.update(plan.summary_params())
+            tracker.log_params(params)
+        for artifact in (run_dir / "config.yaml", run_dir / "plan.json",
+                         plot_schedule(plan, run_dir / "lr_schedule.png")):  # fmt: skip
+            tracker.log_artifact(artifact, artifact_dir)
 
         print(
             f"tntrun: {plan.world_size} ranks on {', '.join(f'{h}:{s}' for h, s in plan.hosts)}; "
@@ -130,7 +146,7 @@ def train(cfg: DictConfig) -> int:
         env = {**dict(plan.launch_env), "MLFLOW_RUN_ID": run_id, "MLFLOW_TRACKING_URI": uri}
         result = run_ranks(plan.launch_command, env, run_dir / "ranks.log")
         status = result.status
-        tracker.log_artifact(run_dir / "ranks.log")
+        tracker.log_artifact(run_dir / "ranks.log", artifact_dir)
     except KeyboardInterrupt:
         status = "KILLED"
     finally:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tntrun.checkpoints import CheckpointMeta
 from tntrun.layout import LayoutError, RankPlacement, place_ranks, ranks_per_node, resolve_hosts
 from tntrun.schedules import ScheduleParams
 
@@ -49,6 +50,15 @@ class MachineFacts:
     env: Mapping[str, str] = field(default_factory=dict)
     python: str = "python"
     horovodrun: str = "horovodrun"
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """The checkpoint a run continues from."""
+
+    checkpoint: str
+    meta: CheckpointMeta
+    allow_layout_change: bool = False
 
 
 @dataclass(frozen=True)
@@ -92,6 +102,9 @@ class Plan:
     horovod: tuple[HorovodKnob, ...]
     launch_command: tuple[str, ...]
     launch_env: tuple[tuple[str, str], ...]
+    resume_from: str | None = None
+    initial_epoch: int = 0
+    initial_step: int = 0
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2)
@@ -298,8 +311,33 @@ def _collect(problems: list[str], build: Callable[[], Any]) -> Any:
         return None
 
 
+def resume_position(
+    resume: ResumePoint, *, world: int, global_batch: int, updates_per_epoch: float, epochs: int
+) -> tuple[int, int]:
+    """(epoch, optimizer step) to continue from, after checking the layout still fits."""
+    meta = resume.meta
+    if meta.epoch >= epochs:
+        raise PlanError(
+            f"resume: the checkpoint already completed {meta.epoch} epochs and "
+            f"train.epochs={epochs}: raise train.epochs to train further"
+        )
+    if (meta.world_size, meta.global_batch_size) == (world, global_batch):
+        return meta.epoch, meta.step
+    if not resume.allow_layout_change:
+        raise PlanError(
+            f"resume: the checkpoint was trained on {meta.world_size} ranks with global batch "
+            f"{meta.global_batch_size}, this run has {world} ranks and global batch "
+            f"{global_batch}: keep the layout or set resume_allow_layout_change=true"
+        )
+    return meta.epoch, round(meta.epoch * updates_per_epoch)
+
+
 def build_plan(
-    cfg: Mapping[str, Any], data: DatasetInfo, facts: MachineFacts, run_dir: Path
+    cfg: Mapping[str, Any],
+    data: DatasetInfo,
+    facts: MachineFacts,
+    run_dir: Path,
+    resume: ResumePoint | None = None,
 ) -> Plan:
     """Derive the plan from a resolved config (a plain nested mapping).
 
@@ -352,6 +390,12 @@ def build_plan(
         optimizer_steps=optimizer_steps, epochs=epochs,
     )  # fmt: skip
 
+    initial_epoch, initial_step = 0, 0
+    if resume is not None:
+        initial_epoch, initial_step = resume_position(
+            resume, world=world, global_batch=global_batch, updates_per_epoch=steps / passes,
+            epochs=epochs,
+        )  # fmt: skip
     sockets = int(cfg.get("sockets_per_node") or facts.sockets_per_node)
     command, env = _launch(
         knobs, hosts, world, int(cfg["horovod"].get("start_timeout", 60)), facts, run_dir,
@@ -387,4 +431,7 @@ def build_plan(
         horovod=knobs,
         launch_command=command,
         launch_env=tuple(sorted(env.items())),
+        resume_from=None if resume is None else resume.checkpoint,
+        initial_epoch=initial_epoch,
+        initial_step=initial_step,
     )

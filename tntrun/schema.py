@@ -118,8 +118,22 @@ class TrackingConfig:
 class TrainConfig:
     epochs: int = 20
     epochs_between_evals: int = 1
+    # Drop the samples past the last full global batch, or pad it with zero-weight samples.
     drop_remainder: bool = True
-    verbose: int = 2
+    # Compare a weight checksum across ranks after the first step and every N epochs.
+    check_sync_every_epochs: int = 1
+    # TensorBoard logs in <run_dir>/tensorboard (master rank).
+    tensorboard: bool = False
+    # Profile these training batches into TensorBoard, e.g. "5,8" (needs tensorboard=true).
+    profile_batches: str | None = None
+
+
+@dataclass
+class CheckpointConfig:
+    # Master rank writes model + optimizer state every N epochs (0: never).
+    every_epochs: int = 1
+    # Checkpoints kept in <run_dir>/checkpoints (older ones are deleted).
+    keep: int = 2
 
 
 @dataclass
@@ -133,6 +147,9 @@ class TntrunConfig:
     horovod: HorovodConfig = field(default_factory=HorovodConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    # Extra Keras callbacks: name -> {_target_: ..., ranks: master_only|all_ranks, ...}.
+    callbacks: dict[str, Any] = field(default_factory=dict)
 
     # Samples per optimizer step over all ranks (Tarantella's semantics) ...
     global_batch_size: int | None = None
@@ -140,6 +157,12 @@ class TntrunConfig:
     micro_batch_size: int | None = None
     val_micro_batch_size: int | None = None
     seed: int = 42
+    # TensorFlow op determinism: identical results for identical configs (slower).
+    deterministic: bool = False
+    # Continue a run from its last checkpoint: a run directory or an MLflow run id.
+    resume: str | None = None
+    # Allow resuming with another world size or global batch (LR and steps are re-planned).
+    resume_allow_layout_change: bool = False
 
     nodes: int = 1
     gpus: int = 0

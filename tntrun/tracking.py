@@ -64,6 +64,14 @@ class RunTracker:
         self.run_id = run.info.run_id
         return self.run_id
 
+    def reopen(self, run_id: str, tags: Mapping[str, str]) -> str:
+        """Mark an existing run RUNNING again (a resumed run logs into it)."""
+        self.run_id = run_id
+        self.client.update_run(run_id, status="RUNNING")
+        for key, value in tags.items():
+            self.client.set_tag(run_id, key, value)
+        return run_id
+
     def log_params(self, params: Mapping[str, Any]) -> None:
         from mlflow.entities import Param
 

@@ -41,10 +41,11 @@ def main(argv: list[str]) -> int:
 
     from tntrun.engine import runtime
 
-    runtime.init(plan.threads_per_rank, int(cfg.seed))
+    runtime.init(plan.threads_per_rank, int(cfg.seed), bool(cfg.deterministic))
+    runtime.check_rank_api()
     from tntrun.engine.trainer import train
 
-    final = train(cfg, plan)
+    final = train(cfg, plan, run_dir)
     if runtime.hvd.rank() == 0:
         shown = ", ".join(f"{k}={v:.4f}" for k, v in final.items() if k.startswith("val_"))
         print(f"training done on {plan.world_size} ranks: {shown}", flush=True)

@@ -4,23 +4,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
-import horovod.tensorflow as hvd
+import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
+from tntrun.checkpoints import publish
 from tntrun.engine.collectives import checksums_across_ranks, weighted_mean
-
-
-class BroadcastInitialState(keras.callbacks.Callback):
-    """Copy rank 0's weights to every rank before the first step.
-
-    Optimizer slots are created at the first step from zeros, identical on all
-    ranks, so the model weights are the whole initial state.
-    """
-
-    def on_train_begin(self, logs=None):
-        hvd.broadcast_variables(self.model.variables, root_rank=0)
 
 
 class AverageTrainMetrics(keras.callbacks.Callback):
@@ -63,6 +54,23 @@ class ShardedValidation(keras.callbacks.Callback):
             logs.update(self.evaluate(str(epoch)))
 
 
+class Checkpointer(keras.callbacks.Callback):
+    """Master rank: publish model + optimizer state every ``every_epochs`` and at the end."""
+
+    def __init__(self, run_dir: Path, every_epochs: int, keep: int, describe: Callable) -> None:
+        super().__init__()
+        self.run_dir, self.every, self.keep, self.describe = run_dir, every_epochs, keep, describe
+
+    def on_epoch_end(self, epoch, logs=None):
+        done = epoch + 1
+        if done % self.every and done != self.params.get("epochs"):
+            return
+        state = tf.train.Checkpoint(model=self.model, optimizer=self.model.optimizer)
+        meta = self.describe(done, int(self.model.optimizer.iterations.numpy()))
+        path = publish(self.run_dir, meta, lambda prefix: state.write(prefix), self.keep)
+        print(f"checkpoint saved: epoch {done} -> {path}", flush=True)
+
+
 class WeightSyncGuard(keras.callbacks.Callback):
     """Stop with a clear error when ranks' weights diverge (gradients not averaged).
 
@@ -72,12 +80,14 @@ class WeightSyncGuard(keras.callbacks.Callback):
 
     def __init__(self, every_epochs: int = 1) -> None:
         super().__init__()
-        self.every_epochs = max(1, every_epochs)
+        self.every_epochs = every_epochs
         self._checked_first_step = False
+
+    final_spread: float = float("nan")
 
     def _check(self, when: str) -> None:
         sums = checksums_across_ranks(self.model.variables, name=f"weight_sync.{when}")
-        spread = float(sums.max() - sums.min())
+        spread = self.final_spread = float(sums.max() - sums.min())
         if spread > 1e-6 * max(1.0, float(abs(sums).max())):
             raise RuntimeError(
                 f"ranks' weights diverged {when} (checksums by rank: {sums.tolist()}): gradients "
@@ -90,26 +100,59 @@ class WeightSyncGuard(keras.callbacks.Callback):
             self._check("after the first step")
 
     def on_epoch_end(self, epoch, logs=None):
-        if (epoch + 1) % self.every_epochs == 0:
+        if self.every_epochs > 0 and (epoch + 1) % self.every_epochs == 0:
             self._check(f"after epoch {epoch + 1}")
 
+    def on_train_end(self, logs=None):
+        self._check("at the end of training")
 
-class EpochTimer(keras.callbacks.Callback):
-    """Add ``epoch_time_s`` and global ``samples_per_s`` to the epoch logs."""
 
-    def __init__(self, global_samples_per_epoch: int) -> None:
+class Throughput(keras.callbacks.Callback):
+    """Per epoch: ``epoch_time_s``, global ``samples_per_s``, step time p50/p95 (ms).
+
+    ``steady_state()`` summarises the epochs after the first, whose time
+    includes tracing and graph compilation.
+    """
+
+    def __init__(self, global_samples_per_step: int) -> None:
         super().__init__()
-        self.samples = global_samples_per_epoch
-        self._start = 0.0
+        self.samples_per_step = global_samples_per_step
+        self.epochs: list[tuple[float, int]] = []  # (seconds, steps)
+        self._steps: list[float] = []
 
     def on_epoch_begin(self, epoch, logs=None):
-        self._start = time.perf_counter()
+        self._steps = []
+        self._epoch_start = time.perf_counter()
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._step_start = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._steps.append(time.perf_counter() - self._step_start)
 
     def on_epoch_end(self, epoch, logs=None):
-        if logs is not None:
-            elapsed = time.perf_counter() - self._start
-            logs["epoch_time_s"] = elapsed
-            logs["samples_per_s"] = self.samples / elapsed
+        elapsed = time.perf_counter() - self._epoch_start
+        self.epochs.append((elapsed, len(self._steps)))
+        if logs is not None and self._steps:
+            p50, p95 = np.percentile(self._steps, [50, 95]) * 1000.0
+            logs.update(
+                epoch_time_s=elapsed,
+                step_time_p50_ms=p50,
+                step_time_p95_ms=p95,
+                samples_per_s=len(self._steps) * self.samples_per_step / elapsed,
+            )
+
+    def steady_state(self) -> dict[str, float]:
+        """Throughput over all epochs but the first (all epochs if there is only one)."""
+        epochs = self.epochs[1:] or self.epochs
+        seconds = sum(t for t, _ in epochs)
+        steps = sum(n for _, n in epochs)
+        if not seconds:
+            return {}
+        return {
+            "steady_samples_per_s": steps * self.samples_per_step / seconds,
+            "steady_step_time_ms": 1000.0 * seconds / max(steps, 1),
+        }
 
 
 class LearningRateLogger(keras.callbacks.Callback):

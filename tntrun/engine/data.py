@@ -1,4 +1,8 @@
-"""Automatic dataset distribution: shuffle alike, shard by rank, micro-batch."""
+"""Automatic dataset distribution: shuffle alike, shard by rank, micro-batch.
+
+Each epoch's order is a function of (seed, epoch) alone, so a run resumed at
+epoch E sees exactly the batches an uninterrupted run sees at epoch E.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,13 @@ def shard_size(num_samples: int, rank: int, size: int) -> int:
     return len(range(rank, num_samples, size))
 
 
+def _with_weight(weight: float):
+    def add(features, label):
+        return features, label, tf.constant(weight, tf.float32)
+
+    return add
+
+
 def distribute_train(
     dataset: tf.data.Dataset,
     *,
@@ -19,20 +30,32 @@ def distribute_train(
     rank: int,
     size: int,
     seed: int,
+    first_epoch: int,
+    epochs: int,
+    drop_remainder: bool = True,
 ) -> tf.data.Dataset:
-    """Per-rank training stream with exactly ``steps_per_epoch`` micro-batches per epoch.
+    """Per-rank training stream of ``steps_per_epoch`` micro-batches for each remaining epoch.
 
-    All ranks shuffle with the same seed (same global order each epoch), then
-    each keeps every ``size``-th sample starting at ``rank``. Every rank yields
-    the same number of steps, so collectives never wait on a missing step.
+    Every rank shuffles with the same per-epoch seed (the same global order),
+    then keeps every ``size``-th sample starting at ``rank``: an epoch covers
+    each sample once. With ``drop_remainder`` the samples past the last full
+    global batch are skipped (they differ per epoch); without it the last
+    global batch is filled with zero-weight copies, so every rank still runs
+    the same number of full steps and padding adds nothing to loss or metrics.
     """
-    return (
-        dataset.shuffle(num_samples, seed=seed, reshuffle_each_iteration=True)
-        .shard(size, rank)
-        .batch(micro_batch, drop_remainder=True)
-        .take(steps_per_epoch)
-        .prefetch(tf.data.AUTOTUNE)
-    )
+    padding = steps_per_epoch * micro_batch * size - num_samples
+
+    def one_epoch(epoch):
+        shuffled = dataset.shuffle(num_samples, seed=seed * 100_003 + epoch,
+                                   reshuffle_each_iteration=False)  # fmt: skip
+        if not drop_remainder and padding > 0:
+            filler = dataset.take(1).repeat(padding).map(_with_weight(0.0))
+            shuffled = shuffled.map(_with_weight(1.0)).concatenate(filler)
+        return (
+            shuffled.shard(size, rank).batch(micro_batch, drop_remainder=True).take(steps_per_epoch)
+        )
+
+    return tf.data.Dataset.range(first_epoch, epochs).flat_map(one_epoch).prefetch(tf.data.AUTOTUNE)
 
 
 def distribute_eval(

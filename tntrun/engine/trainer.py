@@ -1,14 +1,19 @@
-"""Data-parallel Keras training of one planned run."""
+"""Data-parallel Keras training of one planned run, as one rank."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import horovod.tensorflow as hvd
 import horovod.tensorflow.keras as hvd_keras
+import numpy as np
+import tensorflow as tf
 import tf_keras as keras
 from hydra.utils import instantiate
+from omegaconf import OmegaConf
 
+from tntrun.checkpoints import STATE_PREFIX, CheckpointMeta, config_hash
 from tntrun.engine import callbacks as cb
 from tntrun.engine.data import distribute_eval, distribute_train, shard_size
 from tntrun.engine.lr_schedule import PlannedSchedule
@@ -16,21 +21,63 @@ from tntrun.engine.optimizers import build_optimizer
 from tntrun.plan import Plan
 
 COMPRESSION = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16}
+FINAL_WEIGHTS = "final_weights.npz"
+FINAL_MODEL = "model.keras"
+RANK_SCOPES = ("all_ranks", "master_only")
 
 
 def _progress_line(metrics: dict[str, float], epoch: int, epochs: int) -> str:
-    shown = " ".join(f"{k}={v:.4f}" for k, v in metrics.items() if not k.endswith("_s"))
+    shown = " ".join(
+        f"{k}={v:.4g}" for k, v in metrics.items() if k in ("lr",) or "loss" in k or "acc" in k
+    )
     speed = metrics.get("samples_per_s")
     suffix = f" ({speed:,.0f} samples/s)" if speed else ""
     return f"epoch {epoch + 1}/{epochs}: {shown}{suffix}"
 
 
-def train(cfg: Any, plan: Plan) -> dict[str, float]:
+def user_callbacks(specs: dict[str, Any], is_master: bool) -> list[keras.callbacks.Callback]:
+    """Instantiate ``callbacks.<name>`` entries meant for this rank (``ranks`` key)."""
+    chosen = []
+    for name, spec in specs.items():
+        spec = dict(spec)
+        scope = spec.pop("ranks", "master_only")
+        if scope not in RANK_SCOPES:
+            raise ValueError(f"callbacks.{name}.ranks={scope!r}: use all_ranks or master_only")
+        if scope == "all_ranks" or is_master:
+            chosen.append(instantiate(spec))
+    return chosen
+
+
+def restore_and_broadcast(model, optimizer, plan: Plan) -> None:
+    """Rank 0 restores the plan's checkpoint (if any); every rank then gets rank 0's state.
+
+    The optimizer's step (which drives the LR schedule) is set to the plan's
+    initial step, rescaled when the layout changed since the checkpoint.
+    """
+    optimizer.build(model.trainable_variables)
+    if plan.resume_from is not None and hvd.rank() == 0:
+        state = tf.train.Checkpoint(model=model, optimizer=optimizer)
+        state.read(str(Path(plan.resume_from) / STATE_PREFIX)).assert_existing_objects_matched()
+        optimizer.iterations.assign(plan.initial_step)
+        print(f"resumed from {plan.resume_from} at epoch {plan.initial_epoch}, "
+              f"step {plan.initial_step}", flush=True)  # fmt: skip
+    hvd.broadcast_variables(model.variables + list(optimizer.variables), root_rank=0)
+
+
+def save_final(model, cfg, info, run_dir: Path) -> None:
+    """Master rank: final weights as NumPy arrays and a clean, uncompiled Keras model."""
+    weights = model.get_weights()
+    np.savez(run_dir / FINAL_WEIGHTS, *weights)
+    clean = instantiate(cfg.model, input_shape=info.input_shape, num_classes=info.num_classes)
+    clean.set_weights(weights)
+    clean.save(run_dir / FINAL_MODEL)
+
+
+def train(cfg: Any, plan: Plan, run_dir: Path) -> dict[str, float]:
     """Train as one rank of ``plan``; return the final averaged metrics (same on all ranks)."""
     rank, size = hvd.rank(), hvd.size()
     if size != plan.world_size:
         raise RuntimeError(f"launched {size} ranks but the plan expects {plan.world_size}")
-
     dataset = instantiate(cfg.dataset)
     info = dataset.info()
     train_data, val_data = dataset.load()
@@ -42,6 +89,9 @@ def train(cfg: Any, plan: Plan) -> dict[str, float]:
         rank=rank,
         size=size,
         seed=int(cfg.seed),
+        first_epoch=plan.initial_epoch,
+        epochs=plan.epochs,
+        drop_remainder=bool(cfg.train.drop_remainder),
     )
     val_ds = distribute_eval(val_data, micro_batch=plan.val_micro_batch_size, rank=rank, size=size)
 
@@ -55,29 +105,65 @@ def train(cfg: Any, plan: Plan) -> dict[str, float]:
     model.compile(
         optimizer=optimizer,
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=["accuracy"],
+        weighted_metrics=["accuracy"],
     )
+    restore_and_broadcast(model, optimizer, plan)
 
+    throughput = cb.Throughput(plan.global_batch_size)
+    sync_guard = cb.WeightSyncGuard(int(cfg.train.check_sync_every_epochs))
     callbacks: list[keras.callbacks.Callback] = [
-        cb.BroadcastInitialState(),
-        cb.WeightSyncGuard(),
-        cb.EpochTimer(plan.steps_per_epoch * plan.global_batch_size),
+        sync_guard,
+        throughput,
         cb.LearningRateLogger(),
         cb.AverageTrainMetrics(plan.steps_per_epoch * plan.micro_batch_size),
         cb.ShardedValidation(
             val_ds, shard_size(info.num_val, rank, size), int(cfg.train.epochs_between_evals)
         ),
     ]
+    callbacks += user_callbacks(OmegaConf.to_container(cfg.callbacks, resolve=True), rank == 0)
+    if rank == 0:
+        callbacks += master_callbacks(cfg, plan, run_dir)
+
+    history = model.fit(
+        train_ds,
+        epochs=plan.epochs,
+        initial_epoch=plan.initial_epoch,
+        steps_per_epoch=plan.steps_per_epoch,
+        callbacks=callbacks,
+        verbose=0,
+    )
+    final = {k: float(v[-1]) for k, v in history.history.items()}
     if rank == 0:
         from tntrun.engine.mlflow_logger import RankMetricsLogger
 
-        mlflow_logger = RankMetricsLogger()
+        summary = {**throughput.steady_state(), "weights_rank_spread": sync_guard.final_spread}
+        RankMetricsLogger().log(summary, step=plan.epochs - 1)
+        save_final(model, cfg, info, run_dir)
+    return final
 
-        def log_epoch(metrics: dict[str, float], epoch: int) -> None:
-            mlflow_logger.log(metrics, step=epoch)
-            print(_progress_line(metrics, epoch, plan.epochs), flush=True)
 
-        callbacks.append(cb.EpochMetricsLogger(log_epoch))
+def master_callbacks(cfg: Any, plan: Plan, run_dir: Path) -> list[keras.callbacks.Callback]:
+    """Logging, progress, checkpoints and TensorBoard: the master rank's callbacks."""
+    from tntrun.engine.mlflow_logger import RankMetricsLogger
 
-    history = model.fit(train_ds, epochs=plan.epochs, callbacks=callbacks, verbose=0)
-    return {k: float(v[-1]) for k, v in history.history.items()}
+    mlflow_logger = RankMetricsLogger()
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+
+    def log_epoch(metrics: dict[str, float], epoch: int) -> None:
+        mlflow_logger.log(metrics, step=epoch)
+        print(_progress_line(metrics, epoch, plan.epochs), flush=True)
+
+    def describe(epoch: int, step: int) -> CheckpointMeta:
+        return CheckpointMeta(epoch, step, plan.world_size, plan.global_batch_size,
+                              config_hash(resolved))  # fmt: skip
+
+    chosen: list[keras.callbacks.Callback] = [cb.EpochMetricsLogger(log_epoch)]
+    if cfg.checkpoint.every_epochs > 0:
+        chosen.append(cb.Checkpointer(
+            run_dir, int(cfg.checkpoint.every_epochs), int(cfg.checkpoint.keep), describe
+        ))  # fmt: skip
+    if cfg.train.tensorboard:
+        chosen.append(keras.callbacks.TensorBoard(
+            log_dir=str(run_dir / "tensorboard"), profile_batch=cfg.train.profile_batches or 0
+        ))  # fmt: skip
+    return chosen

@@ -1,0 +1,155 @@
+"""The rank-side engine with real Horovod ranks: equivalence, determinism, exact
+validation, resume, rank API, callbacks and throughput metrics.
+
+One deterministic configuration (plain SGD, no dropout, padded last batch,
+warmup + cosine LR) is trained several ways and the final weights compared.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import clean_env, run_dir_of, store_uri, tntrun_cli, tntrun_command
+
+pytestmark = pytest.mark.slow
+
+CONFIG = (
+    "deterministic=true", "optimizer=sgd", "optimizer.base_lr=0.4", "model.dropout=0.0",
+    "train.drop_remainder=false", "schedule=warmup_cosine", "schedule.warmup_epochs=1",
+    "schedule.warmup_start_lr=0.01",  # the default (scaled LR / world size) differs by layout
+    "train.epochs=4",
+)  # fmt: skip
+
+
+def weights(run_dir) -> list[np.ndarray]:
+    with np.load(run_dir / "final_weights.npz") as saved:
+        return [saved[f"arr_{i}"] for i in range(len(saved.files))]
+
+
+def mlflow_run(work, result):
+    """The MLflow run a finished ``tntrun`` logged to, and its client."""
+    client = MlflowClient(store_uri(work))
+    return client, client.get_run((run_dir_of(result) / "mlflow_run_id").read_text())
+
+
+def finished(result) -> None:
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    work = tmp_path_factory.mktemp("two_ranks")
+    result = tntrun_cli(
+        work, *CONFIG, "train.tensorboard=true",
+        "+callbacks.csv._target_=tf_keras.callbacks.CSVLogger",
+        "+callbacks.csv.filename=${hydra:runtime.output_dir}/epochs.csv",
+        "+callbacks.csv.ranks=master_only",
+    )  # fmt: skip
+    finished(result)
+    return work, result
+
+
+def test_two_runs_with_deterministic_true_are_identical(two_ranks, tmp_path):
+    _, first = two_ranks
+    again = tntrun_cli(tmp_path, *CONFIG)
+    finished(again)
+    for a, b in zip(weights(run_dir_of(first)), weights(run_dir_of(again)), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_one_rank_and_two_ranks_reach_the_same_weights(two_ranks, tmp_path):
+    _, two = two_ranks
+    one = tntrun_cli(tmp_path, *CONFIG, "ranks_per_node=1")
+    finished(one)
+    assert "1 ranks on localhost:1" in one.stdout
+    for a, b in zip(weights(run_dir_of(one)), weights(run_dir_of(two)), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+
+
+def test_all_ranks_hold_identical_weights_at_the_end(two_ranks):
+    _, run = mlflow_run(*two_ranks)
+    assert run.data.metrics["weights_rank_spread"] == 0.0
+
+
+def test_rank_api_inside_a_two_rank_launch(two_ranks):
+    log = (run_dir_of(two_ranks[1]) / "ranks.log").read_text()
+    assert "rank 0/2: local rank 0" in log and "master=True" in log
+    assert "rank 1/2: local rank 1" in log and "master=False" in log
+
+
+def test_sharded_validation_equals_single_process_evaluation(two_ranks):
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    import tf_keras as keras
+    from tntrun.datasets.digits import DigitsDataset
+
+    _, run = mlflow_run(*two_ranks)
+    run_dir = run_dir_of(two_ranks[1])
+    model = keras.models.load_model(run_dir / "model.keras", compile=False)
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])  # fmt: skip
+    _, val = DigitsDataset().load()
+    assert DigitsDataset().info().num_val % 2 == 1, "an odd set makes the shards unequal"
+    loss, accuracy = model.evaluate(val.batch(1000), verbose=0)
+    assert run.data.metrics["val_accuracy"] == pytest.approx(accuracy, abs=1e-6)
+    assert run.data.metrics["val_loss"] == pytest.approx(loss, abs=1e-5)
+
+
+def test_master_only_callbacks_and_throughput_metrics(two_ranks):
+    client, run = mlflow_run(*two_ranks)
+    run_dir = run_dir_of(two_ranks[1])
+    rows = (run_dir / "epochs.csv").read_text().splitlines()
+    assert len(rows) == 1 + 4 and "val_accuracy" in rows[0]
+    assert any((run_dir / "tensorboard").rglob("events.out.tfevents.*"))
+    for key in ("samples_per_s", "step_time_p50_ms", "step_time_p95_ms", "epoch_time_s",
+                "steady_samples_per_s", "lr"):  # fmt: skip
+        assert run.data.metrics[key] > 0, key
+    lrs = [m.value for m in client.get_metric_history(run.info.run_id, "lr")]
+    assert lrs[0] > lrs[-1], "warmup + cosine decays over training"
+
+
+def test_interrupted_and_resumed_run_ends_with_the_same_weights(two_ranks, tmp_path):
+    _, uninterrupted = two_ranks
+    driver = subprocess.Popen(
+        tntrun_command(tmp_path, *CONFIG), cwd=tmp_path, env=clean_env(),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+    output = []
+    deadline = time.monotonic() + 300
+    for line in driver.stdout:
+        output.append(line)
+        if "checkpoint saved: epoch 2" in line or time.monotonic() > deadline:
+            break
+    driver.send_signal(signal.SIGINT)
+    output.extend(driver.stdout)
+    assert driver.wait(timeout=60) != 0
+    text = "".join(output)
+    assert "tntrun: run KILLED" in text
+    interrupted_dir = run_dir_of(subprocess.CompletedProcess([], 1, text, ""))
+    assert (interrupted_dir / "checkpoints" / "epoch-0002" / "meta.json").exists()
+
+    resumed = tntrun_cli(tmp_path, f"resume={interrupted_dir}")
+    finished(resumed)
+    assert "resumed from" in resumed.stdout and "at epoch 2" in resumed.stdout
+    run_id = (interrupted_dir / "mlflow_run_id").read_text()
+    run = MlflowClient(store_uri(tmp_path)).get_run(run_id)
+    assert run.info.status == "FINISHED"
+    history = MlflowClient(store_uri(tmp_path)).get_metric_history(run_id, "val_accuracy")
+    assert sorted({m.step for m in history}) == [0, 1, 2, 3]
+    for a, b in zip(weights(run_dir_of(resumed)), weights(run_dir_of(uninterrupted)), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_resume_with_another_layout_is_refused(two_ranks, tmp_path):
+    _, result = two_ranks
+    refused = tntrun_cli(tmp_path, f"resume={run_dir_of(result)}", "ranks_per_node=1",
+                         "train.epochs=6")  # fmt: skip
+    assert refused.returncode == 2
+    assert "resume: the checkpoint was trained on 2 ranks with global batch 64" in refused.stderr
+    assert "resume_allow_layout_change=true" in refused.stderr
