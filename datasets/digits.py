@@ -63,3 +63,19 @@ class DigitsDataset:
             tf.data.Dataset.from_tensor_slices((x_train, y_train)),
             tf.data.Dataset.from_tensor_slices((x_val, y_val)),
         )
+
+    def load_for_rank(
+        self, *, rank: int, size: int, micro_batch: int, val_micro_batch: int, seed: int
+    ) -> tuple[tf.data.Dataset, tf.data.Dataset]:
+        """Manual distribution: this rank's own micro-batched training and validation data.
+
+        Each rank keeps a fixed slice of the training set and reshuffles only
+        within it; the engine repeats the stream and takes the planned steps.
+        """
+        train, val = self.load()
+        x_train = self._splits[0]
+        local = train.shard(size, rank).shuffle(len(x_train) // size + 1, seed=seed + rank)
+        return (
+            local.batch(micro_batch, drop_remainder=True),
+            val.shard(size, rank).batch(val_micro_batch),
+        )

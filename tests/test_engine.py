@@ -107,6 +107,8 @@ def test_master_only_callbacks_and_throughput_metrics(two_ranks):
     rows = (run_dir / "epochs.csv").read_text().splitlines()
     assert len(rows) == 1 + 4 and "val_accuracy" in rows[0]
     assert any((run_dir / "tensorboard").rglob("events.out.tfevents.*"))
+    kept = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert kept == ["epoch-0003", "epoch-0004"], "checkpoint.keep=2 keeps the last two"
     for key in ("samples_per_s", "step_time_p50_ms", "step_time_p95_ms", "epoch_time_s",
                 "steady_samples_per_s", "lr"):  # fmt: skip
         assert run.data.metrics[key] > 0, key
@@ -153,3 +155,27 @@ def test_resume_with_another_layout_is_refused(two_ranks, tmp_path):
     assert refused.returncode == 2
     assert "resume: the checkpoint was trained on 2 ranks with global batch 64" in refused.stderr
     assert "resume_allow_layout_change=true" in refused.stderr
+
+
+def test_manual_distribution_mode_trains(tmp_path):
+    result = tntrun_cli(tmp_path, "dataset.distribute=false", "train.epochs=8")
+    finished(result)
+    _, run = mlflow_run(tmp_path, result)
+    assert run.data.metrics["val_accuracy"] >= 0.9
+    assert run.data.metrics["weights_rank_spread"] == 0.0
+
+
+def test_resume_by_run_id_with_an_allowed_layout_change(two_ranks, tmp_path):
+    work, result = two_ranks
+    client, run = mlflow_run(work, result)
+    resumed = tntrun_cli(
+        work, f"resume={run.info.run_id}", "resume_allow_layout_change=true",
+        "ranks_per_node=1", "global_batch_size=32", "train.epochs=5",
+    )  # fmt: skip
+    finished(resumed)
+    run = client.get_run(run.info.run_id)
+    assert run.data.tags["resume.layout_change"].startswith(
+        "2 ranks, global batch 64 -> 1 ranks, global batch 32; LR 0.05, restarting at step 180"
+    )
+    history = client.get_metric_history(run.info.run_id, "val_accuracy")
+    assert sorted({m.step for m in history}) == [0, 1, 2, 3, 4]

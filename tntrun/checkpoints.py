@@ -29,7 +29,7 @@ VOLATILE_KEYS = ("train", "dry_run", "output_root", "tracking", "checkpoint", "r
 @dataclass(frozen=True)
 class CheckpointMeta:
     epoch: int  # epochs completed
-    step: int  # optimizer steps taken
+    step: int  # training steps taken (the optimizer's iteration counter)
     world_size: int
     global_batch_size: int
     config_hash: str

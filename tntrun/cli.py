@@ -15,7 +15,6 @@ from typing import Any
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from tntrun import preflight
@@ -25,6 +24,7 @@ from tntrun.plan_view import plot_schedule, render_plan
 from tntrun.resume import RUN_ID_FILE, load_resumed_run
 from tntrun.schema import register
 from tntrun.tracking import RunTracker, flatten, tracking_uri, ui_command
+from tntrun.zoo import build_dataset, distributes_automatically
 
 EXIT_CONFIG_ERROR = 2
 register()
@@ -60,9 +60,14 @@ def make_plan(
     preflight.check_target("model", cfg.model._target_)
     preflight.check_target("dataset", cfg.dataset._target_)
     try:
-        dataset = instantiate(cfg.dataset)
+        dataset = build_dataset(cfg.dataset)
     except Exception as err:  # a dataset's own argument check
         raise PlanError(f"dataset: {err.__cause__ or err}") from None
+    if not distributes_automatically(cfg.dataset) and not hasattr(dataset, "load_for_rank"):
+        raise PlanError(
+            f"dataset.distribute=false needs a dataset with load_for_rank(); "
+            f"{type(dataset).__name__} has none: set dataset.distribute=true"
+        )
     return build_plan(
         plain_config(cfg, overrides),
         preflight.dataset_info(dataset),
@@ -110,7 +115,19 @@ def train(cfg: DictConfig) -> int:
 
     tracker = RunTracker(uri, cfg.tracking.experiment_name, output_root / "mlartifacts")
     if resumed:
-        run_id = tracker.reopen(resumed.mlflow_run_id, {"resumed_in": str(run_dir)})
+        tags = {"resumed_in": str(run_dir)}
+        before = resumed.point.meta
+        if (before.world_size, before.global_batch_size) != (
+            plan.world_size,
+            plan.global_batch_size,
+        ):
+            tags["resume.layout_change"] = (
+                f"{before.world_size} ranks, global batch {before.global_batch_size} -> "
+                f"{plan.world_size} ranks, global batch {plan.global_batch_size}; "
+                f"LR {plan.scaled_lr:g}, restarting at step {plan.initial_step}"
+            )
+            print(f"tntrun: resuming with a new layout: {tags['resume.layout_change']}")
+        run_id = tracker.reopen(resumed.mlflow_run_id, tags)
         artifact_dir = f"resumed-{run_dir.name}"
     else:
         choices = {f"choice.{g}": str(hydra_cfg.runtime.choices[g]) for g in groups}

@@ -187,7 +187,7 @@ def schedule_params(
     sched: Mapping[str, Any], *, peak_lr: float, world: int, updates_per_epoch: float,
     optimizer_steps: int, epochs: int,
 ) -> ScheduleParams:  # fmt: skip
-    """Convert the epoch-denominated schedule config into optimizer steps, checking it."""
+    """Convert the epoch-denominated schedule config into training steps, checking it."""
     name = str(sched.get("name", "constant"))
     warmup_epochs = float(sched.get("warmup_epochs") or 0.0)
     if name == "constant":
@@ -314,7 +314,7 @@ def _collect(problems: list[str], build: Callable[[], Any]) -> Any:
 def resume_position(
     resume: ResumePoint, *, world: int, global_batch: int, updates_per_epoch: float, epochs: int
 ) -> tuple[int, int]:
-    """(epoch, optimizer step) to continue from, after checking the layout still fits."""
+    """(epoch, training step) to continue from, after checking the layout still fits."""
     meta = resume.meta
     if meta.epoch >= epochs:
         raise PlanError(
@@ -384,16 +384,17 @@ def build_plan(
     base_lr, base_batch = float(opt["base_lr"]), int(opt["base_batch_size"])
     effective = global_batch * passes
     scaled = scale_learning_rate(base_lr, effective, base_batch, scaling)
-    optimizer_steps = steps * epochs // passes
+    # Schedules count training steps (micro-batch steps), as Keras's optimizer.iterations
+    # does, also under gradient accumulation.
     schedule = schedule_params(
-        sched, peak_lr=scaled, world=world, updates_per_epoch=steps / passes,
-        optimizer_steps=optimizer_steps, epochs=epochs,
+        sched, peak_lr=scaled, world=world, updates_per_epoch=steps,
+        optimizer_steps=steps * epochs, epochs=epochs,
     )  # fmt: skip
 
     initial_epoch, initial_step = 0, 0
     if resume is not None:
         initial_epoch, initial_step = resume_position(
-            resume, world=world, global_batch=global_batch, updates_per_epoch=steps / passes,
+            resume, world=world, global_batch=global_batch, updates_per_epoch=steps,
             epochs=epochs,
         )  # fmt: skip
     sockets = int(cfg.get("sockets_per_node") or facts.sockets_per_node)
@@ -421,7 +422,7 @@ def build_plan(
         steps_per_epoch=steps,
         epochs=epochs,
         total_steps=steps * epochs,
-        optimizer_steps=optimizer_steps,
+        optimizer_steps=steps * epochs // passes,
         base_lr=base_lr,
         base_batch_size=base_batch,
         lr_scaling=scaling,

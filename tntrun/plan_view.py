@@ -73,7 +73,7 @@ def render_plan(plan: Plan) -> str:
 
 
 def plot_schedule(plan: Plan, path: Path) -> Path:
-    """Write the learning rate over every optimizer step as a PNG."""
+    """Write the learning rate over every training step as a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -82,8 +82,7 @@ def plot_schedule(plan: Plan, path: Path) -> Path:
     steps = np.arange(plan.schedule.total_steps)
     fig, ax = plt.subplots(figsize=(7, 3.5), dpi=100)
     ax.plot(steps, learning_rate(steps, plan.schedule), linewidth=1.5)
-    per_epoch = plan.steps_per_epoch / plan.backward_passes_per_step
-    ax.set_xlabel(f"optimizer step ({per_epoch:g} per epoch)")
+    ax.set_xlabel(f"training step ({plan.steps_per_epoch} per epoch)")
     ax.set_ylabel("learning rate")
     ax.set_title(f"{plan.schedule.name}: peak {plan.scaled_lr:g}, global batch "
                  f"{plan.effective_batch_size}")  # fmt: skip

@@ -2,8 +2,10 @@
 
 The planner evaluates them with NumPy (the dry-run table and plot); the ranks
 evaluate the very same code on TensorFlow tensors inside a Keras
-``LearningRateSchedule``. Every length is in optimizer steps, derived from the
-real steps per epoch, so a resumed run continues the schedule where it stopped.
+``LearningRateSchedule``. Every length is in training steps (the optimizer's
+iteration counter, which counts every step, also under gradient accumulation),
+derived from the real steps per epoch, so a resumed run continues the schedule
+where it stopped.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ NUMPY_OPS = SimpleNamespace(
 
 @dataclass(frozen=True)
 class ScheduleParams:
-    """A schedule with every length in optimizer steps."""
+    """A schedule with every length in training steps."""
 
     name: str
     peak_lr: float
@@ -49,7 +51,7 @@ class ScheduleParams:
 
 
 def learning_rate(step: Any, p: ScheduleParams, ops: Any = NUMPY_OPS) -> Any:
-    """The learning rate at optimizer step ``step`` (0-based), elementwise."""
+    """The learning rate at training step ``step`` (0-based), elementwise."""
     step = ops.float(step)
     if p.name == "constant":
         return step * 0.0 + p.peak_lr

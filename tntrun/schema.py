@@ -44,6 +44,8 @@ class MlpModel:
 class DigitsData:
     _target_: str = "tntrun.datasets.digits.DigitsDataset"
     validation_fraction: float = 0.2
+    # false: the dataset shards and micro-batches itself per rank (load_for_rank).
+    distribute: bool = True
 
 
 @dataclass
@@ -80,7 +82,7 @@ class ScheduleConfig:
     name: ScheduleName = ScheduleName.constant
     scaling: LrScaling = LrScaling.linear
     warmup_epochs: float = 0.0
-    # Explicit warmup in optimizer steps; overrides warmup_epochs (inverse_sqrt's 4000).
+    # Explicit warmup in training steps; overrides warmup_epochs (inverse_sqrt's 4000).
     warmup_steps: int | None = None
     # First warmup LR (null: scaled LR / world size, Goyal et al.).
     warmup_start_lr: float | None = None

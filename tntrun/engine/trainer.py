@@ -19,6 +19,7 @@ from tntrun.engine.data import distribute_eval, distribute_train, shard_size
 from tntrun.engine.lr_schedule import PlannedSchedule
 from tntrun.engine.optimizers import build_optimizer
 from tntrun.plan import Plan
+from tntrun.zoo import build_dataset, build_model, distributes_automatically
 
 COMPRESSION = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16}
 FINAL_WEIGHTS = "final_weights.npz"
@@ -48,6 +49,33 @@ def user_callbacks(specs: dict[str, Any], is_master: bool) -> list[keras.callbac
     return chosen
 
 
+def input_pipelines(cfg: Any, plan: Plan, dataset: Any, info, rank: int, size: int):
+    """(train stream, this rank's validation batches, its validation sample count)."""
+    if not distributes_automatically(cfg.dataset):
+        # Manual mode: the dataset shards and micro-batches itself for this rank.
+        train, val = dataset.load_for_rank(
+            rank=rank, size=size, micro_batch=plan.micro_batch_size,
+            val_micro_batch=plan.val_micro_batch_size, seed=int(cfg.seed),
+        )  # fmt: skip
+        count = val.reduce(0, lambda n, batch: n + tf.shape(batch[0])[0])
+        return train.repeat(), val, int(count.numpy())
+    train_data, val_data = dataset.load()
+    train = distribute_train(
+        train_data,
+        num_samples=info.num_train,
+        micro_batch=plan.micro_batch_size,
+        steps_per_epoch=plan.steps_per_epoch,
+        rank=rank,
+        size=size,
+        seed=int(cfg.seed),
+        first_epoch=plan.initial_epoch,
+        epochs=plan.epochs,
+        drop_remainder=bool(cfg.train.drop_remainder),
+    )
+    val = distribute_eval(val_data, micro_batch=plan.val_micro_batch_size, rank=rank, size=size)
+    return train, val, shard_size(info.num_val, rank, size)
+
+
 def restore_and_broadcast(model, optimizer, plan: Plan) -> None:
     """Rank 0 restores the plan's checkpoint (if any); every rank then gets rank 0's state.
 
@@ -68,7 +96,7 @@ def save_final(model, cfg, info, run_dir: Path) -> None:
     """Master rank: final weights as NumPy arrays and a clean, uncompiled Keras model."""
     weights = model.get_weights()
     np.savez(run_dir / FINAL_WEIGHTS, *weights)
-    clean = instantiate(cfg.model, input_shape=info.input_shape, num_classes=info.num_classes)
+    clean = build_model(cfg.model, info)
     clean.set_weights(weights)
     clean.save(run_dir / FINAL_MODEL)
 
@@ -78,24 +106,11 @@ def train(cfg: Any, plan: Plan, run_dir: Path) -> dict[str, float]:
     rank, size = hvd.rank(), hvd.size()
     if size != plan.world_size:
         raise RuntimeError(f"launched {size} ranks but the plan expects {plan.world_size}")
-    dataset = instantiate(cfg.dataset)
+    dataset = build_dataset(cfg.dataset)
     info = dataset.info()
-    train_data, val_data = dataset.load()
-    train_ds = distribute_train(
-        train_data,
-        num_samples=info.num_train,
-        micro_batch=plan.micro_batch_size,
-        steps_per_epoch=plan.steps_per_epoch,
-        rank=rank,
-        size=size,
-        seed=int(cfg.seed),
-        first_epoch=plan.initial_epoch,
-        epochs=plan.epochs,
-        drop_remainder=bool(cfg.train.drop_remainder),
-    )
-    val_ds = distribute_eval(val_data, micro_batch=plan.val_micro_batch_size, rank=rank, size=size)
+    train_ds, val_ds, val_samples = input_pipelines(cfg, plan, dataset, info, rank, size)
 
-    model = instantiate(cfg.model, input_shape=info.input_shape, num_classes=info.num_classes)
+    model = build_model(cfg.model, info)
     optimizer = hvd_keras.DistributedOptimizer(
         build_optimizer(cfg.optimizer, PlannedSchedule(plan.schedule)),
         compression=COMPRESSION[str(cfg.horovod.compression)],
@@ -116,9 +131,7 @@ def train(cfg: Any, plan: Plan, run_dir: Path) -> dict[str, float]:
         throughput,
         cb.LearningRateLogger(),
         cb.AverageTrainMetrics(plan.steps_per_epoch * plan.micro_batch_size),
-        cb.ShardedValidation(
-            val_ds, shard_size(info.num_val, rank, size), int(cfg.train.epochs_between_evals)
-        ),
+        cb.ShardedValidation(val_ds, val_samples, int(cfg.train.epochs_between_evals)),
     ]
     callbacks += user_callbacks(OmegaConf.to_container(cfg.callbacks, resolve=True), rank == 0)
     if rank == 0:
