@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,6 +16,17 @@ from tntrun.plan import DatasetInfo
 
 if TYPE_CHECKING:
     import tensorflow as tf
+
+
+@dataclass
+class DigitsConfig:
+    _target_: str = "tntrun.datasets.digits.DigitsDataset"
+    validation_fraction: float = 0.2
+    # false: the dataset shards and micro-batches itself per rank (load_for_rank).
+    distribute: bool = True
+
+
+SCHEMAS = {"digits": DigitsConfig}
 
 
 def digits_csv() -> Path:

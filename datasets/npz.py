@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,6 +15,15 @@ if TYPE_CHECKING:
     import tensorflow as tf
 
 KEYS = ("x_train", "y_train", "x_val", "y_val")
+
+
+@dataclass
+class NpzConfig:
+    _target_: str = "tntrun.datasets.npz.NpzDataset"
+    path: str = "???"
+
+
+SCHEMAS = {"npz": NpzConfig}
 
 
 class NpzDataset:

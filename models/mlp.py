@@ -3,6 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass
+class MlpConfig:
+    _target_: str = "tntrun.models.mlp.build_mlp"
+    hidden_units: list[int] = field(default_factory=lambda: [128, 64])
+    dropout: float = 0.0
+
+
+SCHEMAS = {"mlp": MlpConfig}
 
 
 def build_mlp(

@@ -2,11 +2,16 @@
 
 Every YAML under ``conf/`` names its schema in its defaults list (for example
 ``- /schema/optimizer/adam@_here_``), so a misspelt key or a value of the wrong
-type fails at composition with Hydra's message naming the key.
+type fails at composition with Hydra's message naming the key. Model and
+dataset schemas live next to their code: each zoo module may declare
+``SCHEMAS = {"<config name>": <dataclass>}``, stored as ``schema/model/<name>``
+or ``schema/dataset/<name>``.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -31,27 +36,6 @@ class ScheduleName(Enum):
 class Compression(Enum):
     none = "none"
     fp16 = "fp16"
-
-
-@dataclass
-class MlpModel:
-    _target_: str = "tntrun.models.mlp.build_mlp"
-    hidden_units: list[int] = field(default_factory=lambda: [128, 64])
-    dropout: float = 0.0
-
-
-@dataclass
-class DigitsData:
-    _target_: str = "tntrun.datasets.digits.DigitsDataset"
-    validation_fraction: float = 0.2
-    # false: the dataset shards and micro-batches itself per rank (load_for_rank).
-    distribute: bool = True
-
-
-@dataclass
-class NpzData:
-    _target_: str = "tntrun.datasets.npz.NpzDataset"
-    path: str = MISSING
 
 
 @dataclass
@@ -180,8 +164,6 @@ class TntrunConfig:
 
 
 SCHEMAS: dict[str, dict[str, Any]] = {
-    "schema/model": {"mlp": MlpModel},
-    "schema/dataset": {"digits": DigitsData, "npz": NpzData},
     "schema/optimizer": {"adam": AdamOptimizer, "sgd": SgdOptimizer},
     "schema/schedule": {"schedule": ScheduleConfig},
     "schema/horovod": {"horovod": HorovodConfig},
@@ -189,10 +171,27 @@ SCHEMAS: dict[str, dict[str, Any]] = {
 }
 
 
+def zoo_schemas(package: str) -> dict[str, Any]:
+    """The ``SCHEMAS`` (config name -> dataclass) declared by each module of a zoo package.
+
+    Zoo modules import TensorFlow lazily, so collecting them stays cheap.
+    """
+    found: dict[str, Any] = {}
+    zoo = importlib.import_module(package)
+    for module in pkgutil.iter_modules(zoo.__path__):
+        found.update(getattr(importlib.import_module(f"{package}.{module.name}"), "SCHEMAS", {}))
+    return found
+
+
 def register() -> None:
-    """Store every schema in Hydra's ConfigStore (idempotent)."""
+    """Store every schema, the zoos' included, in Hydra's ConfigStore (idempotent)."""
     store = ConfigStore.instance()
     store.store(name="tntrun_schema", node=TntrunConfig, provider="tntrun")
-    for group, nodes in SCHEMAS.items():
+    groups = {
+        **SCHEMAS,
+        "schema/model": zoo_schemas("tntrun.models"),
+        "schema/dataset": zoo_schemas("tntrun.datasets"),
+    }
+    for group, nodes in groups.items():
         for name, node in nodes.items():
             store.store(group=group, name=name, node=node, provider="tntrun")
