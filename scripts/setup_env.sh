@@ -106,6 +106,8 @@ if [ ! -f "$stamp" ] || [ "$stamp" -ot "$0" ]; then
         "$VENV/bin/horovodrun" -np 2 -H localhost:2 --gloo "$PY" -m tntrun.selfcheck 2>&1) \
     || { printf '%s\n' "$out" | tail -n 30 >&2; die "the 2-rank Horovod self-check failed"; }
   printf '%s\n' "$out" | grep -o 'selfcheck ok.*' | sort -u
+  step "caching horovodrun --check-build for run records"
+  "$PY" -c "from tntrun.provenance import horovod_build; print(horovod_build('$VENV/bin/horovodrun'))"
   touch "$stamp"
 fi
 step "environment ready: $VENV ($DEVICE, TensorFlow $TF_VERSION, Horovod $HOROVOD_VERSION)"

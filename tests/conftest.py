@@ -32,7 +32,7 @@ def clean_env() -> dict[str, str]:
 
 
 def tntrun_command(workdir: Path, *args: str) -> list[str]:
-    return [str(BIN / "tntrun"), f"output_root={workdir / 'outputs'}", *args]
+    return [str(BIN / "tntrun"), *args, f"output_root={workdir / 'outputs'}"]
 
 
 def tntrun_cli(workdir: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:

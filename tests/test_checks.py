@@ -20,8 +20,8 @@ CHECKS = [
      "schedule.warmup_epochs=5 (110 steps) is longer than training (66 steps, train.epochs=3)"),
     (["schedule=warmup_piecewise", "schedule.warmup_epochs=1"],
      "schedule.boundaries_epochs has 30, beyond the last epoch (train.epochs=20)"),
-    (["model=resnet9000"], "model=resnet9000: no such model; available: mlp"),
-    (["dataset=imagenet_typo"], "dataset=imagenet_typo: no such dataset; available: digits, npz"),
+    (["model=resnet9000"], "model=resnet9000: no such model; available: "),
+    (["dataset=imagenet_typo"], "dataset=imagenet_typo: no such dataset; available: "),
     (["model._target_=tntrun.models.nope.build"],
      "model._target_=tntrun.models.nope.build: module tntrun.models.nope not found"),
     (["dataset=npz", "dataset.path=/no/such/data.npz"],
@@ -40,6 +40,14 @@ def test_check_exits_2_with_one_clear_line(run_tntrun, tmp_path, overrides, mess
     assert f"tntrun: config error: {message}" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "outputs" / "mlflow.db").exists(), "no MLflow run may be created"
+
+
+def test_unknown_zoo_names_list_the_available_ones(run_tntrun):
+    result = run_tntrun("model=resnet9000", "dataset=imagenet_typo")
+    assert result.returncode == 2
+    models, datasets = (line.split("available: ")[1].split(", ")
+                        for line in result.stderr.splitlines())  # fmt: skip
+    assert "mlp" in models and "digits" in datasets and "npz" in datasets
 
 
 def test_malformed_hostfile(run_tntrun, tmp_path):

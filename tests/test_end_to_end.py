@@ -19,7 +19,7 @@ def only_run(tmp_path):
 
 
 def test_default_experiment_trains_on_two_ranks_and_logs_to_mlflow(run_tntrun, tmp_path):
-    result = run_tntrun()
+    result = run_tntrun("tracking.system_metrics_interval_s=1")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
     client, run = only_run(tmp_path)
@@ -35,8 +35,25 @@ def test_default_experiment_trains_on_two_ranks_and_logs_to_mlflow(run_tntrun, t
         history = client.get_metric_history(run.info.run_id, key)
         assert [m.step for m in history] == list(range(epochs)), key
 
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "step_loss")]
+    assert steps == list(range(20, 22 * epochs + 1, 20))  # every tracking.log_every_steps
+    assert any(key.startswith("system/cpu_utilization") for key in run.data.metrics)
+    for key in ("steady_samples_per_s", "step_time_p50_ms", "step_time_p95_ms", "epoch_time_s"):
+        assert run.data.metrics[key] > 0
+    assert "rank 1: done without opening the MLflow store" in result.stdout
+
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
-    assert {"config.yaml", "plan.json", "ranks.log"} <= artifacts
+    assert {"config.yaml", "plan.json", "lr_schedule.png", "model.keras", "hydra", "logs",
+            "checkpoint"} <= artifacts  # fmt: skip
+    logs = {a.path for a in client.list_artifacts(run.info.run_id, "logs")}
+    assert {"logs/rank.0.log", "logs/rank.1.log", "logs/launcher.log"} <= logs
+    tags = run.data.tags
+    assert tags["world_size"] == "2" and tags["hosts"] == "localhost:2"
+    assert tags["version.tensorflow"] == "2.18.1" and tags["version.horovod"] == "0.28.1"
+    assert tags["horovod.built_for_tensorflow"] == "2.18.1"
+    assert "Gloo" in tags["horovod.check_build"]
+    assert "horovodrun --gloo -np 2 -H localhost:2" in tags["launch_command"]
+    assert tags["choice.model"] == "mlp" and tags["choice.dataset"] == "digits"
 
     out = result.stdout
     assert f"final val_accuracy: {run.data.metrics['val_accuracy']:.4f}" in out
@@ -47,10 +64,15 @@ def test_default_experiment_trains_on_two_ranks_and_logs_to_mlflow(run_tntrun, t
 def test_a_failing_rank_marks_the_run_failed(run_tntrun, tmp_path):
     result = run_tntrun("train.epochs=1", "model.hidden_units=[-5]")
     assert result.returncode != 0
-    _, run = only_run(tmp_path)
+    client, run = only_run(tmp_path)
     assert run.info.status == "FAILED"
     assert "run FAILED" in result.stdout
     assert "ValueError" in result.stdout  # the rank's traceback reaches the user
+    assert run.data.tags["failure.rank"] in ("0", "1")
+    assert "ValueError" in run.data.tags["failure.last_lines"]
+    failed_rank = run.data.tags["failure.rank"]
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert f"traceback_rank_{failed_rank}.txt" in artifacts
 
 
 def test_config_error_exits_2_before_any_run(run_tntrun, tmp_path):

@@ -7,6 +7,7 @@ config, derives the plan, creates the MLflow run, starts the ranks with
 
 from __future__ import annotations
 
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -21,9 +22,13 @@ from tntrun import preflight
 from tntrun.launch import run_ranks
 from tntrun.plan import Plan, PlanError, ResumePoint, build_plan
 from tntrun.plan_view import plot_schedule, render_plan
-from tntrun.resume import RUN_ID_FILE, load_resumed_run
+from tntrun.rank_logs import RankLogWriter
+from tntrun.resume import RUN_ID_FILE, ResumedRun, load_resumed_run
+from tntrun.run_record import LOG_DIR, record_outputs, start_tags
 from tntrun.schema import register
-from tntrun.tracking import RunTracker, flatten, tracking_uri, ui_command
+from tntrun.sweep import sweep_parent
+from tntrun.tracking import RunTracker, flatten, tracking_uri
+from tntrun.ui import server_command
 from tntrun.zoo import build_dataset, distributes_automatically
 
 EXIT_CONFIG_ERROR = 2
@@ -112,36 +117,19 @@ def train(cfg: DictConfig) -> int:
     uri = tracking_uri(cfg.tracking.uri, output_root)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     plan.save(run_dir / "plan.json")
+    plot_schedule(plan, run_dir / "lr_schedule.png")
 
-    tracker = RunTracker(uri, cfg.tracking.experiment_name, output_root / "mlartifacts")
+    tracker = RunTracker.for_experiment(
+        uri, cfg.tracking.experiment_name, output_root / "mlartifacts"
+    )
     if resumed:
-        tags = {"resumed_in": str(run_dir)}
-        before = resumed.point.meta
-        if (before.world_size, before.global_batch_size) != (
-            plan.world_size,
-            plan.global_batch_size,
-        ):
-            tags["resume.layout_change"] = (
-                f"{before.world_size} ranks, global batch {before.global_batch_size} -> "
-                f"{plan.world_size} ranks, global batch {plan.global_batch_size}; "
-                f"LR {plan.scaled_lr:g}, restarting at step {plan.initial_step}"
-            )
-            print(f"tntrun: resuming with a new layout: {tags['resume.layout_change']}")
-        run_id = tracker.reopen(resumed.mlflow_run_id, tags)
-        artifact_dir = f"resumed-{run_dir.name}"
+        run_id = tracker.reopen(resumed.mlflow_run_id, resume_tags(resumed, plan, run_dir))
+        prefix = f"resumed-{run_dir.name}"
     else:
-        choices = {f"choice.{g}": str(hydra_cfg.runtime.choices[g]) for g in groups}
-        run_id = tracker.start(
-            cfg.tracking.run_name,
-            tags={
-                "world_size": str(plan.world_size),
-                "launch_command": " ".join(plan.launch_command),
-                "run_dir": str(run_dir),
-                "hydra.overrides": " ".join(overrides),
-                **choices,
-            },
-        )
-        artifact_dir = None
+        choices = {g: str(hydra_cfg.runtime.choices[g]) for g in groups}
+        tags = start_tags(plan, run_dir, overrides, choices)
+        run_id = tracker.start(cfg.tracking.run_name, tags, parent_run_id=sweep_parent())
+        prefix = None
     (run_dir / RUN_ID_FILE).write_text(run_id)
     status = "FAILED"
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
@@ -150,10 +138,6 @@ def train(cfg: DictConfig) -> int:
             params = dict(flatten(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)))
             params.update(plan.summary_params())
             tracker.log_params(params)
-        for artifact in (run_dir / "config.yaml", run_dir / "plan.json",
-                         plot_schedule(plan, run_dir / "lr_schedule.png")):  # fmt: skip
-            tracker.log_artifact(artifact, artifact_dir)
-
         print(
             f"tntrun: {plan.world_size} ranks on {', '.join(f'{h}:{s}' for h, s in plan.hosts)}; "
             f"global batch {plan.global_batch_size} = {plan.world_size} x {plan.micro_batch_size}; "
@@ -161,17 +145,33 @@ def train(cfg: DictConfig) -> int:
         )
         print(f"tntrun: MLflow run {run_id} in {uri}")
         env = {**dict(plan.launch_env), "MLFLOW_RUN_ID": run_id, "MLFLOW_TRACKING_URI": uri}
-        result = run_ranks(plan.launch_command, env, run_dir / "ranks.log")
-        status = result.status
-        tracker.log_artifact(run_dir / "ranks.log", artifact_dir)
+        logs = RankLogWriter(run_dir / LOG_DIR)
+        status = run_ranks(plan.launch_command, env, run_dir / "ranks.log", logs).status
     except KeyboardInterrupt:
         status = "KILLED"
     finally:
-        tracker.finish(status)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        try:
+            record_outputs(tracker, run_dir, status, prefix)
+        finally:
+            tracker.finish(status)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
     _report(tracker, status, uri, run_dir)
     return 0 if status == "FINISHED" else 1
+
+
+def resume_tags(resumed: ResumedRun, plan: Plan, run_dir: Path) -> dict[str, str]:
+    """Tags for a resumed run, recording a layout change when there is one."""
+    tags = {"resumed_in": str(run_dir)}
+    before = resumed.point.meta
+    if (before.world_size, before.global_batch_size) != (plan.world_size, plan.global_batch_size):
+        tags["resume.layout_change"] = (
+            f"{before.world_size} ranks, global batch {before.global_batch_size} -> "
+            f"{plan.world_size} ranks, global batch {plan.global_batch_size}; "
+            f"LR {plan.scaled_lr:g}, restarting at step {plan.initial_step}"
+        )
+        print(f"tntrun: resuming with a new layout: {tags['resume.layout_change']}")
+    return tags
 
 
 def _report(tracker: RunTracker, status: str, uri: str, run_dir: Path) -> None:
@@ -183,7 +183,7 @@ def _report(tracker: RunTracker, status: str, uri: str, run_dir: Path) -> None:
             print(f"tntrun: final {key}: {metrics[key]:.4f}")
     print(f"tntrun: MLflow run id: {tracker.run_id}")
     print(f"tntrun: run directory: {run_dir}")
-    print(f"tntrun: open the MLflow UI with: {ui_command(uri)}")
+    print(f"tntrun: open the MLflow UI with: {shlex.join(server_command(uri))}")
 
 
 _failed_jobs: list[int] = []
@@ -199,8 +199,24 @@ def _hydra_entry(cfg: DictConfig) -> None:
     _failed_jobs.append(code)  # a sweep goes on with its other jobs
 
 
+def _subcommand(argv: list[str]) -> int | None:
+    """Run ``tntrun report ...`` or ``tntrun ui ...``; None for a training command line."""
+    if argv and argv[0] == "report":
+        from tntrun.report import main as report
+
+        return report(argv[1:])
+    if argv and argv[0] == "ui":
+        from tntrun.ui import main as ui
+
+        return ui(argv[1:])
+    return None
+
+
 def main() -> None:
     """Console-script entry point; a sweep exits non-zero if any of its jobs failed."""
+    code = _subcommand(sys.argv[1:])
+    if code is not None:
+        sys.exit(code)
     problems = preflight.unknown_group_choices(sys.argv[1:])
     if problems:
         sys.exit(_config_error(problems))

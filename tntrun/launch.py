@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tntrun.rank_logs import RankLogWriter
+
 GRACE_SECONDS = 10
 # TensorFlow's import-time messages that no log level silences and that say
 # nothing about the run (CUDA plugin registration in a CPU-only process). They
@@ -52,8 +54,10 @@ def _stop(process: subprocess.Popen) -> None:
             continue
 
 
-def run_ranks(command: Sequence[str], env: Mapping[str, str], log_file: Path) -> LaunchResult:
-    """Run ``command``, tee its combined output to stdout and ``log_file``, return the outcome."""
+def run_ranks(
+    command: Sequence[str], env: Mapping[str, str], log_file: Path, rank_logs: RankLogWriter
+) -> LaunchResult:
+    """Run ``command``; tee its output to stdout, ``log_file`` and the per-rank logs."""
     full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
     with log_file.open("w") as log:
         process = subprocess.Popen(
@@ -70,6 +74,7 @@ def run_ranks(command: Sequence[str], env: Mapping[str, str], log_file: Path) ->
             assert process.stdout is not None
             for line in process.stdout:
                 log.write(line)
+                rank_logs.write(line)
                 if not START_UP_NOISE.search(line):
                     sys.stdout.write(line)
             return LaunchResult(process.wait(), interrupted=False)
@@ -79,3 +84,4 @@ def run_ranks(command: Sequence[str], env: Mapping[str, str], log_file: Path) ->
         finally:
             if process.poll() is None:
                 _stop(process)
+            rank_logs.close()

@@ -98,6 +98,11 @@ class TrackingConfig:
     uri: str | None = None
     experiment_name: str = "tntrun"
     run_name: str | None = None
+    # Log loss, LR and samples/s every N training steps (0: only per epoch).
+    log_every_steps: int = 20
+    # MLflow system metrics (CPU, memory, disk, network; GPU with nvidia-ml-py) from rank 0.
+    system_metrics: bool = True
+    system_metrics_interval_s: float = 10.0
 
 
 @dataclass

@@ -7,8 +7,10 @@ keeps a run RUNNING after tntrun exits.
 
 from __future__ import annotations
 
+import fcntl
 import os
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,27 @@ def tracking_uri(configured: str | None, output_root: Path) -> str:
     return f"sqlite:///{(output_root / 'mlflow.db').resolve()}"
 
 
+@contextmanager
+def store_lock(uri: str) -> Iterator[None]:
+    """Serialise first use of a SQLite store across processes.
+
+    MLflow creates the schema on first access; concurrent drivers racing on a
+    fresh file fail half-way through the migrations. A file lock beside the
+    database lets one create it while the others wait.
+    """
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    database = Path(uri.removeprefix("sqlite:///"))
+    database.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{database}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
     """Dotted ``key.sub`` pairs of a nested mapping (lists stay values)."""
     for key, value in tree.items():
@@ -35,34 +58,53 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, An
             yield name, value
 
 
-def ui_command(uri: str) -> str:
-    """The shell command that serves the MLflow UI over ``uri`` on localhost."""
-    return f"mlflow server --backend-store-uri {uri} --host 127.0.0.1 --port 5000 --workers 1"
-
-
 class RunTracker:
-    """Creates one MLflow run and ends it; rank 0 logs into it by id."""
+    """One MLflow run, created or attached to by id; rank 0 logs into it by id."""
 
-    def __init__(self, uri: str, experiment_name: str, artifact_root: Path) -> None:
+    def __init__(self, uri: str, experiment_id: str, run_id: str | None = None) -> None:
         os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
         from mlflow.tracking import MlflowClient
 
         self.uri = uri
         self.client = MlflowClient(tracking_uri=uri)
-        experiment = self.client.get_experiment_by_name(experiment_name)
-        if experiment is None:
-            location = (artifact_root / experiment_name).resolve().as_uri()
-            self.experiment_id = self.client.create_experiment(
-                experiment_name, artifact_location=location
-            )
-        else:
-            self.experiment_id = experiment.experiment_id
-        self.run_id: str | None = None
+        self.experiment_id = experiment_id
+        self.run_id = run_id
 
-    def start(self, run_name: str | None, tags: Mapping[str, str]) -> str:
-        run = self.client.create_run(self.experiment_id, run_name=run_name, tags=dict(tags))
+    @classmethod
+    def for_experiment(cls, uri: str, name: str, artifact_root: Path) -> RunTracker:
+        """A tracker for a new run in experiment ``name``, created if missing (under a lock)."""
+        with store_lock(uri):
+            tracker = cls(uri, "")
+            experiment = tracker.client.get_experiment_by_name(name)
+            if experiment is None:
+                location = (artifact_root / name).resolve().as_uri()
+                tracker.experiment_id = tracker.client.create_experiment(name, location)
+            else:
+                tracker.experiment_id = experiment.experiment_id
+        return tracker
+
+    @classmethod
+    def for_run(cls, uri: str, run_id: str) -> RunTracker:
+        """A tracker attached to an existing run (raises MlflowException if unknown)."""
+        tracker = cls(uri, "", run_id)
+        tracker.experiment_id = tracker.client.get_run(run_id).info.experiment_id
+        return tracker
+
+    def start(
+        self, run_name: str | None, tags: Mapping[str, str], parent_run_id: str | None = None
+    ) -> str:
+        tags = dict(tags)
+        if parent_run_id:
+            tags["mlflow.parentRunId"] = parent_run_id
+        run = self.client.create_run(self.experiment_id, run_name=run_name, tags=tags)
         self.run_id = run.info.run_id
         return self.run_id
+
+    def children(self) -> list:
+        """The runs nested under this one."""
+        return self.client.search_runs(
+            [self.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{self.run_id}'"
+        )
 
     def reopen(self, run_id: str, tags: Mapping[str, str]) -> str:
         """Mark an existing run RUNNING again (a resumed run logs into it)."""

@@ -46,9 +46,14 @@ def main(argv: list[str]) -> int:
     from tntrun.engine.trainer import train
 
     final = train(cfg, plan, run_dir)
-    if runtime.hvd.rank() == 0:
+    rank = runtime.hvd.rank()
+    if rank == 0:
         shown = ", ".join(f"{k}={v:.4f}" for k, v in final.items() if k.startswith("val_"))
         print(f"training done on {plan.world_size} ranks: {shown}", flush=True)
+    elif "mlflow" in sys.modules:
+        raise RuntimeError(f"rank {rank} imported mlflow: only rank 0 may open the store")
+    else:
+        print(f"rank {rank}: done without opening the MLflow store", flush=True)
     return 0
 
 

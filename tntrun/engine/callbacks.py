@@ -155,16 +155,47 @@ class Throughput(keras.callbacks.Callback):
         }
 
 
+def current_lr(optimizer) -> float:
+    """The learning rate the optimizer applies at its current step."""
+    lr = optimizer.learning_rate
+    if isinstance(lr, keras.optimizers.schedules.LearningRateSchedule):
+        lr = lr(optimizer.iterations)
+    return float(tf.convert_to_tensor(lr))
+
+
+class StepMetrics(keras.callbacks.Callback):
+    """Every ``every`` training steps: rank-averaged loss, LR and global samples/s.
+
+    All ranks take part (one small allreduce); ``log_metrics`` runs on the master.
+    """
+
+    def __init__(self, every: int, global_batch: int, log_metrics: Callable | None) -> None:
+        super().__init__()
+        self.every, self.global_batch, self.log_metrics = every, global_batch, log_metrics
+        self._last = (0, 0.0)
+
+    def on_train_begin(self, logs=None):
+        self._last = (int(self.model.optimizer.iterations.numpy()), time.perf_counter())
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = int(self.model.optimizer.iterations.numpy())
+        if step % self.every or not logs:
+            return
+        loss = weighted_mean({"loss": logs["loss"]}, 1.0, name=f"step_metrics.{step}")["loss"]
+        now = time.perf_counter()
+        speed = (step - self._last[0]) * self.global_batch / max(now - self._last[1], 1e-9)
+        self._last = (step, now)
+        if self.log_metrics is not None:
+            self.log_metrics({"step_loss": loss, "step_lr": current_lr(self.model.optimizer),
+                              "step_samples_per_s": speed}, step)  # fmt: skip
+
+
 class LearningRateLogger(keras.callbacks.Callback):
     """Add the learning rate in force at the end of the epoch as ``lr``."""
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None:
-            optimizer = self.model.optimizer
-            lr = optimizer.learning_rate
-            if isinstance(lr, keras.optimizers.schedules.LearningRateSchedule):
-                lr = lr(optimizer.iterations)
-            logs["lr"] = float(tf.convert_to_tensor(lr))
+            logs["lr"] = current_lr(self.model.optimizer)
 
 
 class EpochMetricsLogger(keras.callbacks.Callback):

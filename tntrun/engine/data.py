@@ -45,17 +45,24 @@ def distribute_train(
     """
     padding = steps_per_epoch * micro_batch * size - num_samples
 
-    def one_epoch(epoch):
+    def one_epoch(epoch: int) -> tf.data.Dataset:
         shuffled = dataset.shuffle(num_samples, seed=seed * 100_003 + epoch,
                                    reshuffle_each_iteration=False)  # fmt: skip
         if not drop_remainder and padding > 0:
             filler = dataset.take(1).repeat(padding).map(_with_weight(0.0))
             shuffled = shuffled.map(_with_weight(1.0)).concatenate(filler)
         return (
-            shuffled.shard(size, rank).batch(micro_batch, drop_remainder=True).take(steps_per_epoch)
+            shuffled.shard(size, rank)
+            .batch(micro_batch, drop_remainder=True)
+            .take(steps_per_epoch)
         )
 
-    return tf.data.Dataset.range(first_epoch, epochs).flat_map(one_epoch).prefetch(tf.data.AUTOTUNE)
+    # One pipeline per epoch, chained: the epoch is a Python int, so each
+    # epoch's shuffle seed is fixed when the pipeline is built.
+    stream = one_epoch(first_epoch)
+    for epoch in range(first_epoch + 1, epochs):
+        stream = stream.concatenate(one_epoch(epoch))
+    return stream.prefetch(tf.data.AUTOTUNE)
 
 
 def distribute_eval(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +125,11 @@ def train(cfg: Any, plan: Plan, run_dir: Path) -> dict[str, float]:
     )
     restore_and_broadcast(model, optimizer, plan)
 
+    mlflow_logger = None
+    if rank == 0:  # the only rank that opens the MLflow store
+        from tntrun.engine.mlflow_logger import RankMetricsLogger
+
+        mlflow_logger = RankMetricsLogger()
     throughput = cb.Throughput(plan.global_batch_size)
     sync_guard = cb.WeightSyncGuard(int(cfg.train.check_sync_every_epochs))
     callbacks: list[keras.callbacks.Callback] = [
@@ -133,33 +139,36 @@ def train(cfg: Any, plan: Plan, run_dir: Path) -> dict[str, float]:
         cb.AverageTrainMetrics(plan.steps_per_epoch * plan.micro_batch_size),
         cb.ShardedValidation(val_ds, val_samples, int(cfg.train.epochs_between_evals)),
     ]
+    if cfg.tracking.log_every_steps > 0:
+        callbacks.append(cb.StepMetrics(
+            int(cfg.tracking.log_every_steps), plan.global_batch_size,
+            mlflow_logger.log if mlflow_logger else None,
+        ))  # fmt: skip
     callbacks += user_callbacks(OmegaConf.to_container(cfg.callbacks, resolve=True), rank == 0)
-    if rank == 0:
-        callbacks += master_callbacks(cfg, plan, run_dir)
+    if mlflow_logger is not None:
+        callbacks += master_callbacks(cfg, plan, run_dir, mlflow_logger)
 
-    history = model.fit(
-        train_ds,
-        epochs=plan.epochs,
-        initial_epoch=plan.initial_epoch,
-        steps_per_epoch=plan.steps_per_epoch,
-        callbacks=callbacks,
-        verbose=0,
-    )
+    with mlflow_logger.system_metrics(cfg.tracking, plan) if mlflow_logger else nullcontext():
+        history = model.fit(
+            train_ds,
+            epochs=plan.epochs,
+            initial_epoch=plan.initial_epoch,
+            steps_per_epoch=plan.steps_per_epoch,
+            callbacks=callbacks,
+            verbose=0,
+        )
     final = {k: float(v[-1]) for k, v in history.history.items()}
-    if rank == 0:
-        from tntrun.engine.mlflow_logger import RankMetricsLogger
-
+    if mlflow_logger is not None:
         summary = {**throughput.steady_state(), "weights_rank_spread": sync_guard.final_spread}
-        RankMetricsLogger().log(summary, step=plan.epochs - 1)
+        mlflow_logger.log(summary, step=plan.epochs - 1)
         save_final(model, cfg, info, run_dir)
     return final
 
 
-def master_callbacks(cfg: Any, plan: Plan, run_dir: Path) -> list[keras.callbacks.Callback]:
+def master_callbacks(
+    cfg: Any, plan: Plan, run_dir: Path, mlflow_logger: Any
+) -> list[keras.callbacks.Callback]:
     """Logging, progress, checkpoints and TensorBoard: the master rank's callbacks."""
-    from tntrun.engine.mlflow_logger import RankMetricsLogger
-
-    mlflow_logger = RankMetricsLogger()
     resolved = OmegaConf.to_container(cfg, resolve=True)
 
     def log_epoch(metrics: dict[str, float], epoch: int) -> None:

@@ -1,0 +1,70 @@
+"""Sweeps as nested MLflow runs, the scaling report, and concurrent drivers on one store."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import BIN, clean_env, store_uri, tntrun_cli, tntrun_command
+
+pytestmark = pytest.mark.slow
+
+
+def test_sweep_makes_a_parent_run_with_children_and_a_scaling_report(tmp_path):
+    result = tntrun_cli(tmp_path, "-m", "ranks_per_node=1,2", "train.epochs=2",
+                        "tracking.system_metrics=false")  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    client = MlflowClient(store_uri(tmp_path))
+    experiment = client.get_experiment_by_name("tntrun")
+    runs = client.search_runs([experiment.experiment_id])
+    (parent,) = [r for r in runs if r.data.tags.get("tntrun.sweep") == "parent"]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert parent.info.status == "FINISHED" and len(children) == 2
+    assert sorted(c.data.params["plan.world_size"] for c in children) == ["1", "2"]
+    assert all(c.info.status == "FINISHED" for c in children)
+
+    report_dir = next((tmp_path / "outputs" / "multirun").glob("*/*/report"))
+    rows = list(csv.DictReader((report_dir / "report.csv").open()))
+    assert [r["world_size"] for r in rows] == ["1", "2"]
+    assert float(rows[0]["scaling_efficiency"]) == pytest.approx(1.0)
+    assert 0.0 < float(rows[1]["scaling_efficiency"]) < 1.5
+    for plot in ("steady_samples_per_s.png", "steady_step_time_ms.png",
+                 "scaling_efficiency.png"):  # fmt: skip
+        assert (report_dir / plot).read_bytes()[:4] == b"\x89PNG"
+    logged = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
+    assert {"report/report.csv", "report/report.md", "report/scaling_efficiency.png"} <= logged
+
+    again = subprocess.run(
+        [str(BIN / "tntrun"), "report", str(report_dir.parent), "--tracking-uri",
+         store_uri(tmp_path), "--out", str(tmp_path / "again")],
+        capture_output=True, text=True, env=clean_env(), cwd=tmp_path,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert "| world_size |" in again.stdout and "scaling_efficiency" in again.stdout
+    assert (tmp_path / "again" / "report.md").exists()
+
+
+def test_four_concurrent_drivers_share_one_store(tmp_path):
+    drivers = [
+        subprocess.Popen(
+            tntrun_command(tmp_path, "ranks_per_node=1", "train.epochs=2", f"seed={seed}",
+                           "tracking.system_metrics=false", "checkpoint.every_epochs=0"),
+            cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True,
+        )  # fmt: skip
+        for seed in range(4)
+    ]
+    outputs = [driver.communicate(timeout=600)[0] for driver in drivers]
+    for driver, output in zip(drivers, outputs, strict=True):
+        assert driver.returncode == 0, output[-3000:]
+        assert "database is locked" not in output
+    client = MlflowClient(store_uri(tmp_path))
+    runs = client.search_runs([client.get_experiment_by_name("tntrun").experiment_id])
+    assert len(runs) == 4 and all(r.info.status == "FINISHED" for r in runs)
+    for run in runs:
+        for key in ("loss", "val_accuracy", "samples_per_s"):
+            history = client.get_metric_history(run.info.run_id, key)
+            assert [m.step for m in history] == [0, 1], (run.info.run_id, key)

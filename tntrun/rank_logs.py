@@ -1,0 +1,72 @@
+"""Per-rank logs from horovodrun's combined output, and what a failed rank said.
+
+horovodrun prefixes every line a rank prints with ``[<rank>]<stdout>:`` or
+``[<rank>]<stderr>:``; lines without a prefix are the launcher's own.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+RANK_LINE = re.compile(r"^\[(\d+)\]<(stdout|stderr)>:(.*)$", re.DOTALL)
+FIRST_FAILED = re.compile(r"first process to do so was:\s*Process name:\s*(\d+)", re.MULTILINE)
+LAUNCHER = "launcher"
+TAIL_LINES = 8
+
+
+class RankLogWriter:
+    """Splits combined output into ``<dir>/rank.<N>.log`` files and ``launcher.log``."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        self._files: dict[str, TextIO] = {}
+
+    def _file(self, name: str) -> TextIO:
+        if name not in self._files:
+            self._files[name] = (self.directory / f"{name}.log").open("a")
+        return self._files[name]
+
+    def write(self, line: str) -> None:
+        match = RANK_LINE.match(line)
+        if match:
+            self._file(f"rank.{match.group(1)}").write(match.group(3))
+        else:
+            self._file(LAUNCHER).write(line)
+
+    def close(self) -> None:
+        for handle in self._files.values():
+            handle.close()
+
+
+@dataclass(frozen=True)
+class RankFailure:
+    rank: int
+    traceback: str
+
+    @property
+    def last_lines(self) -> str:
+        lines = [line for line in self.traceback.splitlines() if line.strip()]
+        return "\n".join(lines[-TAIL_LINES:])
+
+
+def find_failure(directory: Path) -> RankFailure | None:
+    """The rank that failed first (per horovodrun, else the first with a traceback)."""
+    launcher = directory / f"{LAUNCHER}.log"
+    named = FIRST_FAILED.search(launcher.read_text()) if launcher.exists() else None
+    candidates = sorted(directory.glob("rank.*.log"), key=lambda p: int(p.stem.split(".")[1]))
+    if named:
+        candidates.sort(key=lambda p: p.stem != f"rank.{named.group(1)}")
+    for log in candidates:
+        text = log.read_text(errors="replace")
+        start = text.rfind("Traceback (most recent call last)")
+        if start >= 0:
+            return RankFailure(int(log.stem.split(".")[1]), text[start:])
+    if named:
+        log = directory / f"rank.{named.group(1)}.log"
+        tail = log.read_text(errors="replace") if log.exists() else "(no output)"
+        return RankFailure(int(named.group(1)), "\n".join(tail.splitlines()[-50:]))
+    return None
