@@ -99,6 +99,18 @@ if ! horovod_ok >/dev/null 2>&1; then
   why=$(horovod_ok 2>&1) || die "Horovod is unusable: ${why:-horovod.tensorflow does not import} (remove the cached wheel and rerun)"
 fi
 
+# Debian's Chromium drives the MLflow UI browser test (Playwright cannot download browsers here).
+if ! command -v chromium >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    step "installing Debian's chromium for the UI browser test"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
+      > "$VENV/chromium-install.log" 2>&1 \
+      || echo "warning: could not install chromium (see $VENV/chromium-install.log); the UI browser test will be skipped"
+  else
+    echo "note: chromium not found and not root: the UI browser test will be skipped (sudo apt-get install chromium)"
+  fi
+fi
+
 stamp="$VENV/.tntrun-verified"
 if [ ! -f "$stamp" ] || [ "$stamp" -ot "$0" ]; then
   step "verifying a real 2-rank Gloo allreduce"
