@@ -53,7 +53,7 @@ if [ "$installed_tf" != "$TF_VERSION" ]; then
 fi
 
 step "installing tntrun (editable) with its driver and dev dependencies"
-"${PIP[@]}" install -e "$ROOT[$EXTRA,dev]" || die "pip install -e .[$EXTRA,dev] failed"
+"${PIP[@]}" install -e "$ROOT[$EXTRA,dev,sweepers]" || die "pip install -e .[$EXTRA,dev,sweepers] failed"
 # Horovod's runtime dependencies (it is installed with --no-deps below).
 "${PIP[@]}" install cloudpickle psutil pyyaml packaging cffi || die "could not install Horovod's dependencies"
 

@@ -6,6 +6,7 @@ import csv
 import subprocess
 
 import pytest
+import yaml
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import BIN, clean_env, store_uri, tntrun_cli, tntrun_command
@@ -50,9 +51,18 @@ def test_sweep_makes_a_parent_run_with_children_and_a_scaling_report(tmp_path):
 def test_four_concurrent_drivers_share_one_store(tmp_path):
     drivers = [
         subprocess.Popen(
-            tntrun_command(tmp_path, "ranks_per_node=1", "train.epochs=2", f"seed={seed}",
-                           "tracking.system_metrics=false", "checkpoint.every_epochs=0"),
-            cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            tntrun_command(
+                tmp_path,
+                "ranks_per_node=1",
+                "train.epochs=2",
+                f"seed={seed}",
+                "tracking.system_metrics=false",
+                "checkpoint.every_epochs=0",
+            ),
+            cwd=tmp_path,
+            env=clean_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             text=True,
         )  # fmt: skip
         for seed in range(4)
@@ -68,3 +78,39 @@ def test_four_concurrent_drivers_share_one_store(tmp_path):
         for key in ("loss", "val_accuracy", "samples_per_s"):
             history = client.get_metric_history(run.info.run_id, key)
             assert [m.step for m in history] == [0, 1], (run.info.run_id, key)
+
+
+def sweep_runs(tmp_path):
+    client = MlflowClient(store_uri(tmp_path))
+    runs = client.search_runs([client.get_experiment_by_name("tntrun").experiment_id])
+    (parent,) = [r for r in runs if r.data.tags.get("tntrun.sweep") == "parent"]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    return parent, children
+
+
+def test_optuna_sweeper_optimises_the_returned_objective(tmp_path):
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    result = tntrun_cli(
+        tmp_path, "-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.direction=maximize", "optimizer.base_lr=interval(0.001,0.01)",
+        "train.epochs=1", "tracking.system_metrics=false", "checkpoint.every_epochs=0",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (results,) = (tmp_path / "outputs" / "multirun").glob("*/*/optimization_results.yaml")
+    best = yaml.safe_load(results.read_text())["best_value"]
+    _, children = sweep_runs(tmp_path)
+    assert len(children) == 2
+    assert best == pytest.approx(max(c.data.metrics["val_accuracy"] for c in children))
+
+
+def test_parallel_submitit_local_launcher_nests_its_jobs(tmp_path):
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    result = tntrun_cli(
+        tmp_path, "-m", "hydra/launcher=submitit_local", "seed=1,2", "ranks_per_node=1",
+        "train.epochs=1", "tracking.system_metrics=false", "checkpoint.every_epochs=0",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    parent, children = sweep_runs(tmp_path)
+    assert parent.info.status == "FINISHED"
+    assert sorted(c.data.params["seed"] for c in children) == ["1", "2"]
+    assert all(c.info.status == "FINISHED" for c in children)

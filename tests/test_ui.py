@@ -39,8 +39,9 @@ def wait_healthy(url: str, server: subprocess.Popen, seconds: float = 90) -> Non
     raise AssertionError(f"mlflow server at {url} not healthy within {seconds} s")
 
 
-@pytest.mark.skipif(not Path(CHROMIUM).exists(),
-                    reason="Debian's chromium is not installed (make test installs it)")
+@pytest.mark.skipif(
+    not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed (make test installs it)"
+)
 def test_finished_run_and_its_metric_are_visible_in_the_mlflow_ui(tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api")
     result = tntrun_cli(tmp_path, "train.epochs=2", "tracking.run_name=ui-check",

@@ -32,6 +32,7 @@ from tntrun.ui import server_command
 from tntrun.zoo import build_dataset, distributes_automatically
 
 EXIT_CONFIG_ERROR = 2
+NAN = float("nan")
 register()
 
 
@@ -93,8 +94,12 @@ def dry_run(cfg: DictConfig, plan: Plan, run_dir: Path) -> int:
     return 0
 
 
-def train(cfg: DictConfig) -> int:
-    """Plan, track and launch one run (or continue one); return the process exit code."""
+def train(cfg: DictConfig) -> tuple[int, float]:
+    """Plan, track and launch one run (or continue one).
+
+    Returns the exit code and the value of ``tracking.objective`` (NaN when the
+    run failed or did not log it), which sweepers such as Optuna optimise.
+    """
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir).resolve()
     overrides = list(hydra_cfg.overrides.task)
@@ -109,9 +114,9 @@ def train(cfg: DictConfig) -> int:
             cfg = resumed.config
         plan = make_plan(cfg, overrides, run_dir, resumed.point if resumed else None)
     except PlanError as err:
-        return _config_error(err.problems)
+        return _config_error(err.problems), NAN
     if cfg.dry_run:
-        return dry_run(cfg, plan, run_dir)
+        return dry_run(cfg, plan, run_dir), NAN
 
     output_root = Path(cfg.output_root)
     uri = tracking_uri(cfg.tracking.uri, output_root)
@@ -156,8 +161,10 @@ def train(cfg: DictConfig) -> int:
             tracker.finish(status)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
-    _report(tracker, status, uri, run_dir)
-    return 0 if status == "FINISHED" else 1
+    metrics = _report(tracker, status, uri, run_dir)
+    if status != "FINISHED":
+        return 1, NAN
+    return 0, float(metrics.get(cfg.tracking.objective, NAN))
 
 
 def resume_tags(resumed: ResumedRun, plan: Plan, run_dir: Path) -> dict[str, str]:
@@ -174,7 +181,8 @@ def resume_tags(resumed: ResumedRun, plan: Plan, run_dir: Path) -> dict[str, str
     return tags
 
 
-def _report(tracker: RunTracker, status: str, uri: str, run_dir: Path) -> None:
+def _report(tracker: RunTracker, status: str, uri: str, run_dir: Path) -> dict[str, float]:
+    """Print the run's outcome; return its final metrics."""
     metrics = tracker.metrics()
     print()
     print(f"tntrun: run {status}")
@@ -184,19 +192,20 @@ def _report(tracker: RunTracker, status: str, uri: str, run_dir: Path) -> None:
     print(f"tntrun: MLflow run id: {tracker.run_id}")
     print(f"tntrun: run directory: {run_dir}")
     print(f"tntrun: open the MLflow UI with: {shlex.join(server_command(uri))}")
+    return metrics
 
 
 _failed_jobs: list[int] = []
 
 
 @hydra.main(version_base="1.3", config_path="pkg://tntrun.conf", config_name="config")
-def _hydra_entry(cfg: DictConfig) -> None:
-    code = train(cfg)
-    if not code:
-        return
-    if HydraConfig.get().mode == RunMode.RUN:
+def _hydra_entry(cfg: DictConfig) -> float:
+    code, objective = train(cfg)
+    if code and HydraConfig.get().mode == RunMode.RUN:
         sys.exit(code)
-    _failed_jobs.append(code)  # a sweep goes on with its other jobs
+    if code:
+        _failed_jobs.append(code)  # a sweep goes on with its other jobs
+    return objective
 
 
 def _subcommand(argv: list[str]) -> int | None:

@@ -98,6 +98,8 @@ class TrackingConfig:
     uri: str | None = None
     experiment_name: str = "tntrun"
     run_name: str | None = None
+    # The final metric a job returns to Hydra (what a sweeper such as Optuna optimises).
+    objective: str = "val_accuracy"
     # Log loss, LR and samples/s every N training steps (0: only per epoch).
     log_every_steps: int = 20
     # MLflow system metrics (CPU, memory, disk, network; GPU with nvidia-ml-py) from rank 0.

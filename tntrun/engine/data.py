@@ -52,9 +52,7 @@ def distribute_train(
             filler = dataset.take(1).repeat(padding).map(_with_weight(0.0))
             shuffled = shuffled.map(_with_weight(1.0)).concatenate(filler)
         return (
-            shuffled.shard(size, rank)
-            .batch(micro_batch, drop_remainder=True)
-            .take(steps_per_epoch)
+            shuffled.shard(size, rank).batch(micro_batch, drop_remainder=True).take(steps_per_epoch)
         )
 
     # One pipeline per epoch, chained: the epoch is a Python int, so each
