@@ -1,0 +1,429 @@
+"""Encoder-decoder Transformer (Vaswani et al., 2017) for translation, in tf_keras.
+
+The training model maps ``[source_ids, target_input_ids]`` (int32, padded
+with id 0) to logits of shape (batch, length, vocabulary). It is a
+functional model of three named layers that inference reuses
+(``tntrun.models.translate`` looks them up with ``model.get_layer``):
+
+- ``embedding`` (:class:`SharedEmbedding`): one matrix shared by the source
+  and target embeddings (scaled by sqrt(d_model)) and, transposed, the output
+  projection (weight tying: ``embedding(x, mode="linear")``);
+- ``encoder``: sinusoidal positions, dropout, ``num_layers`` self-attention
+  blocks with padding masks;
+- ``decoder``: the same with a causal mask and encoder-decoder attention; its
+  ``decode_step`` runs one position against a key/value cache.
+
+Residual blocks are pre-norm by default (``x + dropout(f(layer_norm(x)))``
+with a final layer norm per stack: stable without tuning the warmup);
+``pre_norm=false`` gives the paper's post-norm ``layer_norm(x + dropout(f(x)))``.
+The layer classes are defined on first use (TensorFlow is imported lazily) and
+registered for Keras serialisation: call :func:`layer_classes` before loading a
+saved model in a fresh process.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+PARAM_SETS: dict[str, dict[str, Any]] = {
+    "tiny": {"num_layers": 2, "d_model": 64, "filter_size": 256, "num_heads": 4, "dropout": 0.1},
+    "base": {"num_layers": 6, "d_model": 512, "filter_size": 2048, "num_heads": 8, "dropout": 0.1},
+    "big": {"num_layers": 6, "d_model": 1024, "filter_size": 4096, "num_heads": 16, "dropout": 0.3},
+}
+NEG_INF = -1e9
+
+
+@dataclass
+class TransformerConfig:
+    _target_: str = "tntrun.models.transformer.build_transformer"
+    # tiny, base or big; the keys below override the set's value when not null.
+    param_set: str = "base"
+    num_layers: int | None = None
+    d_model: int | None = None
+    filter_size: int | None = None
+    num_heads: int | None = None
+    dropout: float | None = None
+    pre_norm: bool = True
+
+
+SCHEMAS = {"transformer": TransformerConfig}
+
+
+def resolve_hparams(param_set: str, **overrides: Any) -> dict[str, Any]:
+    """The hyperparameters of ``param_set`` with the non-null ``overrides`` applied."""
+    if param_set not in PARAM_SETS:
+        raise ValueError(f"model.param_set={param_set!r}: choose one of {', '.join(PARAM_SETS)}")
+    unknown = set(overrides) - set(PARAM_SETS[param_set])
+    if unknown:
+        raise ValueError(f"unknown Transformer hyperparameters: {', '.join(sorted(unknown))}")
+    hp = {**PARAM_SETS[param_set], **{k: v for k, v in overrides.items() if v is not None}}
+    if hp["d_model"] % hp["num_heads"] or hp["d_model"] % 2:
+        raise ValueError(
+            f"model.d_model={hp['d_model']} must be even and divisible by "
+            f"model.num_heads={hp['num_heads']}"
+        )
+    return hp
+
+
+def build_transformer(
+    input_shape: Sequence[int],
+    num_classes: int,
+    param_set: str = "base",
+    num_layers: int | None = None,
+    d_model: int | None = None,
+    filter_size: int | None = None,
+    num_heads: int | None = None,
+    dropout: float | None = None,
+    pre_norm: bool = True,
+):
+    """The uncompiled training model; ``num_classes`` is the shared vocabulary size.
+
+    ``input_shape`` is ``(max_length,)`` of the training data; the model itself
+    accepts any sequence length.
+    """
+    import tf_keras as keras
+
+    if len(input_shape) != 1:
+        raise ValueError(f"a Transformer takes token id vectors, not input_shape={input_shape}")
+    hp = resolve_hparams(
+        param_set,
+        num_layers=num_layers,
+        d_model=d_model,
+        filter_size=filter_size,
+        num_heads=num_heads,
+        dropout=dropout,
+    )
+    layers = layer_classes()
+    stack = {**hp, "pre_norm": pre_norm}
+    source = keras.Input(shape=(None,), dtype="int32", name="source_ids")
+    target = keras.Input(shape=(None,), dtype="int32", name="target_input_ids")
+    embedding = layers.SharedEmbedding(num_classes, hp["d_model"], name="embedding")
+    memory = layers.Encoder(**stack, name="encoder")([embedding(source), source])
+    decoded = layers.Decoder(**stack, name="decoder")([embedding(target), memory, source])
+    logits = embedding(decoded, mode="linear")
+    return keras.Model([source, target], logits, name=f"transformer_{param_set}")
+
+
+@functools.cache
+def layer_classes() -> SimpleNamespace:
+    """The Transformer's Keras layers and mask helpers (imports TensorFlow)."""
+    import tensorflow as tf
+    import tf_keras as keras
+
+    register = keras.saving.register_keras_serializable(package="tntrun.transformer")
+
+    def padding_bias(ids):
+        """(batch, 1, 1, length): -1e9 at padding ids, added to attention logits."""
+        return tf.cast(tf.equal(ids, 0), tf.float32)[:, None, None, :] * NEG_INF
+
+    def causal_bias(length):
+        """(1, 1, length, length): -1e9 where a position would see a later one."""
+        allowed = tf.linalg.band_part(tf.ones((length, length)), -1, 0)
+        return ((1.0 - allowed) * NEG_INF)[None, None]
+
+    def positional_encoding(positions, d_model: int):
+        """Sinusoids (sin half, cos half) of float ``positions``: (len(positions), d_model)."""
+        half = d_model // 2
+        increment = math.log(10_000.0) / max(half - 1, 1)
+        inverse = tf.exp(tf.range(half, dtype=tf.float32) * -increment)
+        scaled = positions[:, None] * inverse[None, :]
+        return tf.concat([tf.sin(scaled), tf.cos(scaled)], axis=1)
+
+    @register
+    class SharedEmbedding(keras.layers.Layer):
+        """Token embedding times sqrt(d_model); ``mode="linear"``: logits via its transpose."""
+
+        def __init__(self, vocab_size: int, d_model: int, **kwargs):
+            super().__init__(**kwargs)
+            self.vocab_size, self.d_model = vocab_size, d_model
+
+        def build(self, input_shape):
+            self.embeddings = self.add_weight(
+                name="embeddings",
+                shape=(self.vocab_size, self.d_model),
+                initializer=keras.initializers.RandomNormal(0.0, self.d_model**-0.5),
+            )
+            super().build(input_shape)
+
+        def call(self, inputs, mode: str = "embedding"):
+            if mode == "embedding":
+                return tf.gather(self.embeddings, inputs) * self.d_model**0.5
+            if mode == "linear":
+                return tf.einsum("bld,vd->blv", inputs, self.embeddings)
+            raise ValueError(f"mode={mode!r}: use embedding or linear")
+
+        def get_config(self):
+            return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model}
+
+    @register
+    class MultiHeadAttention(keras.layers.Layer):
+        """Scaled dot-product attention over ``num_heads`` heads (no biases, like the paper)."""
+
+        def __init__(self, d_model: int, num_heads: int, dropout: float, **kwargs):
+            super().__init__(**kwargs)
+            self.d_model, self.num_heads, self.dropout = d_model, num_heads, dropout
+            self.depth = d_model // num_heads
+            dense = functools.partial(keras.layers.Dense, d_model, use_bias=False)
+            self.query = dense(name="query")
+            self.key = dense(name="key")
+            self.value = dense(name="value")
+            self.projection = dense(name="output")
+            self.weights_dropout = keras.layers.Dropout(dropout)
+
+        def split_heads(self, x):
+            batch, length = tf.shape(x)[0], tf.shape(x)[1]
+            x = tf.reshape(x, [batch, length, self.num_heads, self.depth])
+            return tf.transpose(x, [0, 2, 1, 3])
+
+        def project_key_value(self, memory):
+            """Keys and values of ``memory``: (batch, heads, length, depth) each."""
+            return self.split_heads(self.key(memory)), self.split_heads(self.value(memory))
+
+        def attend(self, x, key, value, bias, training=None):
+            query = self.split_heads(self.query(x)) * self.depth**-0.5
+            logits = tf.einsum("bhqd,bhkd->bhqk", query, key) + bias
+            weights = self.weights_dropout(tf.nn.softmax(logits), training=training)
+            heads = tf.einsum("bhqk,bhkd->bhqd", weights, value)
+            heads = tf.transpose(heads, [0, 2, 1, 3])
+            batch, length = tf.shape(heads)[0], tf.shape(heads)[1]
+            return self.projection(tf.reshape(heads, [batch, length, self.d_model]))
+
+        def call(self, x, memory, bias, training=None):
+            return self.attend(x, *self.project_key_value(memory), bias, training=training)
+
+        def get_config(self):
+            return {
+                **super().get_config(),
+                "d_model": self.d_model,
+                "num_heads": self.num_heads,
+                "dropout": self.dropout,
+            }
+
+    @register
+    class FeedForward(keras.layers.Layer):
+        """Position-wise ReLU layer of ``filter_size`` units and back to ``d_model``."""
+
+        def __init__(self, d_model: int, filter_size: int, dropout: float, **kwargs):
+            super().__init__(**kwargs)
+            self.d_model, self.filter_size, self.dropout = d_model, filter_size, dropout
+            self.hidden = keras.layers.Dense(filter_size, activation="relu", name="filter")
+            self.hidden_dropout = keras.layers.Dropout(dropout)
+            self.projection = keras.layers.Dense(d_model, name="output")
+
+        def call(self, x, training=None):
+            return self.projection(self.hidden_dropout(self.hidden(x), training=training))
+
+        def get_config(self):
+            return {
+                **super().get_config(),
+                "d_model": self.d_model,
+                "filter_size": self.filter_size,
+                "dropout": self.dropout,
+            }
+
+    class _Block(keras.layers.Layer):
+        """Residual sub-layers with pre- or post-norm and residual dropout."""
+
+        def __init__(self, d_model, num_heads, filter_size, dropout, pre_norm, **kwargs):
+            super().__init__(**kwargs)
+            self.hp = {
+                "d_model": d_model,
+                "num_heads": num_heads,
+                "filter_size": filter_size,
+                "dropout": dropout,
+                "pre_norm": pre_norm,
+            }
+            self.pre_norm = pre_norm
+            self.residual_dropout = keras.layers.Dropout(dropout)
+            self.feed_forward = FeedForward(d_model, filter_size, dropout, name="feed_forward")
+            self.ffn_norm = keras.layers.LayerNormalization(epsilon=1e-6, name="ffn_norm")
+
+        def residual(self, x, norm, sublayer, training):
+            if self.pre_norm:
+                return x + self.residual_dropout(sublayer(norm(x)), training=training)
+            return norm(x + self.residual_dropout(sublayer(x), training=training))
+
+        def feed_forward_residual(self, x, training):
+            def ffn(y):
+                return self.feed_forward(y, training=training)
+
+            return self.residual(x, self.ffn_norm, ffn, training)
+
+        def get_config(self):
+            return {**super().get_config(), **self.hp}
+
+    @register
+    class EncoderBlock(_Block):
+        def __init__(self, d_model, num_heads, filter_size, dropout, pre_norm, **kwargs):
+            super().__init__(d_model, num_heads, filter_size, dropout, pre_norm, **kwargs)
+            self.self_attention = MultiHeadAttention(
+                d_model, num_heads, dropout, name="self_attention"
+            )
+            self.attention_norm = keras.layers.LayerNormalization(
+                epsilon=1e-6, name="attention_norm"
+            )
+
+        def call(self, x, bias, training=None):
+            def attend(y):
+                return self.self_attention(y, y, bias, training=training)
+
+            x = self.residual(x, self.attention_norm, attend, training)
+            return self.feed_forward_residual(x, training)
+
+    @register
+    class DecoderBlock(_Block):
+        def __init__(self, d_model, num_heads, filter_size, dropout, pre_norm, **kwargs):
+            super().__init__(d_model, num_heads, filter_size, dropout, pre_norm, **kwargs)
+            self.self_attention = MultiHeadAttention(
+                d_model, num_heads, dropout, name="self_attention"
+            )
+            self.cross_attention = MultiHeadAttention(
+                d_model, num_heads, dropout, name="cross_attention"
+            )
+            self.self_norm = keras.layers.LayerNormalization(epsilon=1e-6, name="self_norm")
+            self.cross_norm = keras.layers.LayerNormalization(epsilon=1e-6, name="cross_norm")
+
+        def call(self, x, memory, self_bias, memory_bias, training=None):
+            def attend_self(y):
+                return self.self_attention(y, y, self_bias, training=training)
+
+            def attend_memory(y):
+                return self.cross_attention(y, memory, memory_bias, training=training)
+
+            x = self.residual(x, self.self_norm, attend_self, training)
+            x = self.residual(x, self.cross_norm, attend_memory, training)
+            return self.feed_forward_residual(x, training)
+
+        def decode_step(self, x, memory_kv, memory_bias, cache, step):
+            """One position ``x`` (batch, 1, d_model) at index ``step``, without dropout.
+
+            ``cache`` holds this block's self-attention keys and values of all
+            positions (batch, heads, max_length, depth); the step's own are
+            written at ``step`` and the later ones are masked. Returns (x, cache).
+            """
+            length = tf.shape(cache["key"])[2]
+            at_step = tf.one_hot(step, length)[None, None, :, None]
+            visible = tf.cast(tf.range(length) <= step, tf.float32)
+            bias = ((1.0 - visible) * NEG_INF)[None, None, None, :]
+            updated = {}
+
+            def attend_self(y):
+                key, value = self.self_attention.project_key_value(y)
+                updated["key"] = cache["key"] * (1.0 - at_step) + key * at_step
+                updated["value"] = cache["value"] * (1.0 - at_step) + value * at_step
+                return self.self_attention.attend(y, updated["key"], updated["value"], bias)
+
+            def attend_memory(y):
+                return self.cross_attention.attend(y, *memory_kv, memory_bias)
+
+            x = self.residual(x, self.self_norm, attend_self, False)
+            x = self.residual(x, self.cross_norm, attend_memory, False)
+            return self.feed_forward_residual(x, False), updated
+
+    class _Stack(keras.layers.Layer):
+        """Positions, input dropout and ``num_layers`` blocks (+ a final norm when pre-norm)."""
+
+        block_class: type
+
+        def __init__(
+            self, num_layers, d_model, num_heads, filter_size, dropout, pre_norm, **kwargs
+        ):
+            super().__init__(**kwargs)
+            self.hp = {
+                "num_layers": num_layers,
+                "d_model": d_model,
+                "num_heads": num_heads,
+                "filter_size": filter_size,
+                "dropout": dropout,
+                "pre_norm": pre_norm,
+            }
+            self.d_model, self.num_heads = d_model, num_heads
+            self.input_dropout = keras.layers.Dropout(dropout)
+            self.blocks = [
+                self.block_class(
+                    d_model, num_heads, filter_size, dropout, pre_norm, name=f"block_{i}"
+                )
+                for i in range(num_layers)
+            ]
+            self.final_norm = (
+                keras.layers.LayerNormalization(epsilon=1e-6, name="final_norm")
+                if pre_norm
+                else None
+            )
+
+        def with_positions(self, embedded, training=None):
+            length = tf.shape(embedded)[1]
+            positions = positional_encoding(tf.cast(tf.range(length), tf.float32), self.d_model)
+            return self.input_dropout(embedded + positions, training=training)
+
+        def finish(self, x):
+            return self.final_norm(x) if self.final_norm is not None else x
+
+        def get_config(self):
+            return {**super().get_config(), **self.hp}
+
+    @register
+    class Encoder(_Stack):
+        """``[embedded source, source ids]`` -> encoder output (the decoder's memory)."""
+
+        block_class = EncoderBlock
+
+        def call(self, inputs, training=None):
+            embedded, source_ids = inputs
+            bias = padding_bias(source_ids)
+            x = self.with_positions(embedded, training)
+            for block in self.blocks:
+                x = block(x, bias, training=training)
+            return self.finish(x)
+
+    @register
+    class Decoder(_Stack):
+        """``[embedded target input, memory, source ids]`` -> decoder output, causally masked."""
+
+        block_class = DecoderBlock
+
+        def call(self, inputs, training=None):
+            embedded, memory, source_ids = inputs
+            self_bias = causal_bias(tf.shape(embedded)[1])
+            memory_bias = padding_bias(source_ids)
+            x = self.with_positions(embedded, training)
+            for block in self.blocks:
+                x = block(x, memory, self_bias, memory_bias, training=training)
+            return self.finish(x)
+
+        def memory_key_values(self, memory):
+            """Each block's encoder-decoder keys and values, computed once per sentence."""
+            return [block.cross_attention.project_key_value(memory) for block in self.blocks]
+
+        def initial_cache(self, batch, max_length: int):
+            """Empty self-attention keys/values of each block for ``max_length`` steps."""
+            shape = [batch, self.num_heads, max_length, self.d_model // self.num_heads]
+            return [{"key": tf.zeros(shape), "value": tf.zeros(shape)} for _ in self.blocks]
+
+        def decode_step(self, embedded, memory_kv, memory_bias, cache, step):
+            """Decoder output (batch, 1, d_model) for one position; returns (x, cache)."""
+            position = tf.cast(tf.reshape(step, [1]), tf.float32)
+            x = embedded + positional_encoding(position, self.d_model)
+            updated = []
+            for block, kv, block_cache in zip(self.blocks, memory_kv, cache, strict=True):
+                x, block_cache = block.decode_step(x, kv, memory_bias, block_cache, step)
+                updated.append(block_cache)
+            return self.finish(x), updated
+
+    return SimpleNamespace(
+        SharedEmbedding=SharedEmbedding,
+        MultiHeadAttention=MultiHeadAttention,
+        FeedForward=FeedForward,
+        EncoderBlock=EncoderBlock,
+        DecoderBlock=DecoderBlock,
+        Encoder=Encoder,
+        Decoder=Decoder,
+        padding_bias=padding_bias,
+        causal_bias=causal_bias,
+        positional_encoding=positional_encoding,
+    )

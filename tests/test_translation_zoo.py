@@ -1,0 +1,514 @@
+"""The translation zoo: number words, translation datasets, Transformer, decoding, loss, BLEU.
+
+The WMT14 reader runs on small parallel files written here (sentences built
+from the number converters), with a sentencepiece vocabulary trained on them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+tf = pytest.importorskip("tensorflow")
+pytest.importorskip("sentencepiece")
+pytest.importorskip("sacrebleu")
+
+import tf_keras as keras  # noqa: E402
+from tntrun.datasets.numbers_translation import (  # noqa: E402
+    NumbersTranslationDataset,
+    english_tokens,
+    english_words,
+    german_tokens,
+    german_words,
+    join_german,
+)
+from tntrun.datasets.synthetic_translation import SyntheticTranslationDataset  # noqa: E402
+from tntrun.datasets.translation_text import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
+from tntrun.datasets.wmt14 import Wmt14Dataset, sentences_per_batch  # noqa: E402
+from tntrun.models.transformer import build_transformer, resolve_hparams  # noqa: E402
+from tntrun.models.translate import (  # noqa: E402
+    TransformerParts,
+    beam_translate,
+    greedy_translate,
+)
+
+from tntrun.bleu import (  # noqa: E402
+    bleu_scores,
+    corpus_bleu,
+    detokenize_ids,
+    detokenize_pieces,
+    detokenize_words,
+    write_samples,
+)
+from tntrun.translation_loss import masked_sparse_crossentropy, masked_token_accuracy  # noqa: E402
+from tntrun.zoo import build_dataset, build_model  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+# -- number words ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("n", "english", "german"),
+    [
+        (0, "zero", "null"),
+        (1, "one", "eins"),
+        (16, "sixteen", "sechzehn"),
+        (17, "seventeen", "siebzehn"),
+        (21, "twenty-one", "einundzwanzig"),
+        (30, "thirty", "dreißig"),
+        (71, "seventy-one", "einundsiebzig"),
+        (100, "one hundred", "hundert"),
+        (101, "one hundred one", "hunderteins"),
+        (103, "one hundred three", "hundertdrei"),
+        (1000, "one thousand", "tausend"),
+        (1001, "one thousand one", "tausendeins"),
+        (2000, "two thousand", "zweitausend"),
+        (2023, "two thousand twenty-three", "zweitausenddreiundzwanzig"),
+        (21_000, "twenty-one thousand", "einundzwanzigtausend"),
+        (101_000, "one hundred one thousand", "hunderteintausend"),
+        (111_111, "one hundred eleven thousand one hundred eleven", "hundertelftausendhundertelf"),
+        (
+            999_999,
+            "nine hundred ninety-nine thousand nine hundred ninety-nine",
+            "neunhundertneunundneunzigtausendneunhundertneunundneunzig",
+        ),
+        (1_000_000, "one million", "eine Million"),
+        (1_000_001, "one million one", "eine Million eins"),
+        (2_000_000, "two million", "zwei Millionen"),
+        (
+            7_654_321,
+            "seven million six hundred fifty-four thousand three hundred twenty-one",
+            "sieben Millionen sechshundertvierundfünfzigtausenddreihunderteinundzwanzig",
+        ),
+    ],
+)
+def test_number_words_in_both_languages(n, english, german):
+    assert english_words(n) == english
+    assert german_words(n) == german
+    assert join_german(german_tokens(n)) == german
+
+
+def test_numbers_outside_the_range_are_refused():
+    with pytest.raises(ValueError, match="outside the supported range"):
+        german_tokens(10_000_000)
+    with pytest.raises(ValueError, match="outside the supported range"):
+        english_tokens(-1)
+
+
+# -- numbers_translation --------------------------------------------------------------------
+
+
+def small_numbers(**overrides) -> NumbersTranslationDataset:
+    return NumbersTranslationDataset(**{"num_train": 500, "num_val": 100, "seed": 3, **overrides})
+
+
+def test_numbers_dataset_is_deterministic_with_disjoint_splits():
+    a, b = small_numbers(), small_numbers()
+    for split in ("train", "val"):
+        np.testing.assert_array_equal(a.arrays(split).source, b.arrays(split).source)
+        np.testing.assert_array_equal(a.arrays(split).target_output, b.arrays(split).target_output)
+    train, val = a.numbers
+    assert len(set(train.tolist())) == 500 and len(set(val.tolist())) == 100
+    assert not set(train.tolist()) & set(val.tolist())
+    assert not set(map(tuple, a.arrays("train").source)) & set(map(tuple, a.arrays("val").source))
+    assert not np.array_equal(small_numbers(seed=4).numbers[0], train)
+    assert min(len(str(n)) for n in train.tolist()) <= 3, "short numbers are drawn too"
+
+
+def test_numbers_dataset_rejects_bad_sizes():
+    with pytest.raises(ValueError, match="dataset.max_length=8 is too short"):
+        small_numbers(max_length=8)
+    with pytest.raises(ValueError, match="distinct numbers"):
+        NumbersTranslationDataset(num_train=90, num_val=20, max_number=99)
+
+
+def check_examples(train, max_length: int) -> list:
+    """Every element: int32 vectors of max_length, EOS/BOS framing, zero padding after it."""
+    spec = train.element_spec
+    assert [s.dtype for s in (*spec[0], spec[1])] == [tf.int32] * 3
+    examples = list(train.as_numpy_iterator())
+    for (source, target_in), target_out in examples[:200]:
+        assert source.shape == target_in.shape == target_out.shape == (max_length,)
+        n_src, n_tgt = np.count_nonzero(source), np.count_nonzero(target_out)
+        assert source[n_src - 1] == EOS_ID and not source[n_src:].any()
+        assert target_in[0] == BOS_ID and np.count_nonzero(target_in) == n_tgt
+        assert target_out[n_tgt - 1] == EOS_ID and not target_out[n_tgt:].any()
+        np.testing.assert_array_equal(target_in[1:n_tgt], target_out[: n_tgt - 1])
+    return examples
+
+
+def test_numbers_load_gives_framed_padded_pairs():
+    ds = small_numbers()
+    info = ds.info()
+    assert (info.num_train, info.num_val, info.input_shape) == (500, 100, (16,))
+    assert info.num_classes == len(ds.vocabulary)
+    train, val = ds.load()
+    examples = check_examples(train, 16)
+    assert len(examples) == 500 and len(list(val)) == 100
+    (source, _), target = examples[0]
+    n = int(ds.numbers[0][0])
+    assert ds.vocabulary.decode(source) == english_tokens(n)
+    assert ds.decode(target) == " ".join(german_tokens(n))
+    sources, references = ds.val_text()
+    assert references[0] == " ".join(german_tokens(int(ds.numbers[1][0])))
+    assert sources[0] == " ".join(english_tokens(int(ds.numbers[1][0])))
+
+
+# -- synthetic_translation ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("task", ["reverse", "permute", "copy"])
+def test_synthetic_targets_follow_the_rule(task):
+    ds = SyntheticTranslationDataset(
+        vocab_size=30, max_length=10, num_train=64, num_val=16, task=task, seed=1
+    )
+    arrays = ds.arrays("train")
+    check_examples(ds.load()[0], 10)
+    for source, target in zip(arrays.source, arrays.target_output, strict=True):
+        src, tgt = source[: np.argmax(source == EOS_ID)], target[: np.argmax(target == EOS_ID)]
+        expected = {"reverse": src[::-1], "permute": ds.permutation[src], "copy": src}[task]
+        np.testing.assert_array_equal(tgt, expected)
+    again = SyntheticTranslationDataset(
+        vocab_size=30, max_length=10, num_train=64, num_val=16, task=task, seed=1
+    )
+    np.testing.assert_array_equal(again.arrays("val").source, ds.arrays("val").source)
+    assert ds.info().num_classes == 30 and ds.info().input_shape == (10,)
+
+
+# -- wmt14 ----------------------------------------------------------------------------------
+
+NOUNS = [("red houses", "rote Häuser"), ("old trees", "alte Bäume"), ("small dogs", "kleine Hunde")]
+
+
+def write_parallel(folder: Path, name: str, count: int, seed: int, long_every: int = 0) -> None:
+    """``count`` English/German sentence pairs; every ``long_every``-th one is long."""
+    rng = np.random.default_rng(seed)
+    english, german = [], []
+    for i in range(count):
+        n = int(rng.integers(0, 100_000))
+        en_noun, de_noun = NOUNS[i % len(NOUNS)]
+        en, de = f"I see {english_words(n)} {en_noun} .", f"Ich sehe {german_words(n)} {de_noun} ."
+        if long_every and i % long_every == 0:
+            en, de = f"{en} And then I see them again and again and again .", f"{de} " * 4
+        english.append(en)
+        german.append(de.strip())
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.en").write_text("\n".join(english) + "\n", encoding="utf-8")
+    (folder / f"{name}.de").write_text("\n".join(german) + "\n", encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def wmt_dir(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("wmt14")
+    write_parallel(folder, "train", 300, seed=0, long_every=10)
+    write_parallel(folder, "newstest2014", 40, seed=1)
+    return folder
+
+
+def wmt(data_dir: Path, **overrides) -> Wmt14Dataset:
+    return Wmt14Dataset(str(data_dir), **{"vocab_size": 120, "max_length": 48, **overrides})
+
+
+def test_wmt14_trains_caches_and_reuses_the_vocabulary(wmt_dir):
+    ds = wmt(wmt_dir)
+    info = ds.info()
+    vocab = wmt_dir / "spm_bpe_120.model"
+    assert vocab.is_file() and info.num_classes == ds.processor.get_piece_size() <= 120
+    meta = json.loads((ds.cache_dir() / "meta.json").read_text())
+    assert meta["dropped_train"] == 30 and info.num_train == 270 and info.num_val == 40
+    stamp = vocab.stat().st_mtime_ns
+    again = wmt(wmt_dir)
+    assert again.info() == info and again.cache_dir() == ds.cache_dir()
+    assert vocab.stat().st_mtime_ns == stamp, "the cached vocabulary was trained again"
+    copy = wmt_dir / "copied.model"
+    copy.write_bytes(vocab.read_bytes())
+    assert wmt(wmt_dir, vocab_file=str(copy)).info() == info
+
+
+def test_wmt14_filters_or_truncates_long_pairs(wmt_dir):
+    filtered, truncated = wmt(wmt_dir), wmt(wmt_dir, long_pairs="truncate")
+    assert truncated.info().num_train == 300 > filtered.info().num_train
+    train, val = filtered.load()
+    check_examples(train, 48)
+    check_examples(truncated.load()[0], 48)
+    sources, references = filtered.val_text()
+    decoded = [filtered.decode(target) for _, target in val.as_numpy_iterator()]
+    assert decoded == references
+    ids = filtered.encode_sources(sources[:3])
+    assert ids.dtype == np.int32 and (ids == EOS_ID).sum() == 3
+    pieces = filtered.processor.encode(sources[0])
+    assert detokenize_pieces(pieces, filtered.processor) == sources[0]
+    assert detokenize_pieces(ids[0], str(filtered.vocab_path)) == sources[0]
+
+
+def test_wmt14_missing_files_name_the_key(tmp_path, wmt_dir):
+    with pytest.raises(FileNotFoundError, match=r"^dataset\.data_dir=.*missing"):
+        wmt(tmp_path / "missing").info()
+    with pytest.raises(FileNotFoundError, match=r"^dataset\.val_target=.*newstest2013\.de"):
+        wmt(wmt_dir, val_source="train.en", val_target="newstest2013.de").info()
+    (tmp_path / "short.de").write_text("nur eine Zeile\n", encoding="utf-8")
+    (tmp_path / "short.en").write_text("one line\nand another\n", encoding="utf-8")
+    for name in ("train.en", "train.de"):
+        (tmp_path / name).write_bytes((wmt_dir / name).read_bytes())
+    with pytest.raises(ValueError, match="dataset.val_source and dataset.val_target differ"):
+        wmt(tmp_path, val_source="short.en", val_target="short.de").info()
+
+
+def test_sentences_per_batch():
+    assert sentences_per_batch(4096, 64) == 64 and sentences_per_batch(4096, 100) == 40
+    with pytest.raises(ValueError):
+        sentences_per_batch(32, 64)
+
+
+def test_info_is_fast_and_does_not_import_tensorflow(wmt_dir):
+    wmt(wmt_dir).info()  # prepared here: the subprocess reads the cache
+    code = textwrap.dedent(f"""
+        import json, sys, time
+        from tntrun.datasets.numbers_translation import NumbersTranslationDataset
+        from tntrun.datasets.synthetic_translation import SyntheticTranslationDataset
+        from tntrun.datasets.wmt14 import Wmt14Dataset
+        import tntrun.models.transformer, tntrun.models.translate, tntrun.translation_loss
+        import tntrun.bleu
+        seconds = {{}}
+        for name, ds in [
+            ("numbers", NumbersTranslationDataset()),
+            ("synthetic", SyntheticTranslationDataset()),
+            ("wmt14", Wmt14Dataset({str(wmt_dir)!r}, vocab_size=120, max_length=48)),
+        ]:
+            start = time.perf_counter()
+            ds.info()
+            seconds[name] = time.perf_counter() - start
+        bad = [m for m in ("tensorflow", "tf_keras", "keras") if m in sys.modules]
+        print(json.dumps({{"bad": bad, "seconds": seconds}}))
+        sys.exit(f"imported {{bad}}" if bad else 0)
+    """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr + result.stdout
+    seconds = json.loads(result.stdout.strip().splitlines()[-1])["seconds"]
+    assert max(seconds.values()) < 0.5, seconds
+
+
+# -- loss and metric ------------------------------------------------------------------------
+
+
+def log_softmax(x: np.ndarray) -> np.ndarray:
+    shifted = x - x.max(-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+
+
+def test_masked_loss_matches_a_hand_computation_and_ignores_padding():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(2, 4, 6)).astype(np.float32)
+    labels = np.array([[3, 5, 2, 0], [4, 2, 0, 0]], np.int32)
+    logp = log_softmax(logits.astype(np.float64))
+    real = [(b, t) for b in range(2) for t in range(4) if labels[b, t]]
+    smoothing = 0.1
+    expected = np.mean(
+        [
+            -(1 - smoothing) * logp[b, t, labels[b, t]] - smoothing * logp[b, t].mean()
+            for b, t in real
+        ]
+    )
+    loss = masked_sparse_crossentropy(smoothing)
+    assert float(loss(labels, logits)) == pytest.approx(expected, rel=1e-5)
+    noisy = logits.copy()
+    noisy[labels == PAD_ID] += rng.normal(scale=10.0, size=(3, 6)).astype(np.float32)
+    assert float(loss(labels, noisy)) == pytest.approx(expected, rel=1e-5)
+    unsmoothed = np.mean([-logp[b, t, labels[b, t]] for b, t in real])
+    assert float(masked_sparse_crossentropy(0.0)(labels, logits)) == pytest.approx(
+        unsmoothed, rel=1e-5
+    )
+    only_first = np.mean([-logp[0, t, labels[0, t]] for t in range(3)])
+    weighted = masked_sparse_crossentropy(0.0)(labels, logits, sample_weight=np.array([1.0, 0.0]))
+    assert float(weighted) == pytest.approx(only_first, rel=1e-5)
+
+    accuracy = masked_token_accuracy()
+    accuracy.update_state(labels, logits)
+    hits = [logits[b, t].argmax() == labels[b, t] for b, t in real]
+    assert float(accuracy.result()) == pytest.approx(np.mean(hits))
+
+
+# -- BLEU -----------------------------------------------------------------------------------
+
+
+def test_bleu_of_identical_and_partly_matching_corpora(tmp_path):
+    corpus = ["the cat sat on the mat .", "Ich sehe einundzwanzig rote Häuser ."]
+    assert bleu_scores(corpus, corpus) == {
+        "bleu": pytest.approx(100.0),
+        "bleu_uncased": pytest.approx(100.0),
+    }
+    # Same length (no brevity penalty): 1- to 4-gram precisions 5/6, 3/5, 2/4, 1/3.
+    expected = 100 * math.exp(sum(math.log(p) for p in (5 / 6, 3 / 5, 2 / 4, 1 / 3)) / 4)
+    score = corpus_bleu(["the cat sat on the mat"], ["the cat sat on a mat"])
+    assert isinstance(score, float) and score == pytest.approx(expected, abs=0.01)
+    cased = bleu_scores(["The Cat sat on the mat"], ["the cat sat on the mat"])
+    assert cased["bleu_uncased"] == pytest.approx(100.0)
+    # Cased, "The Cat" misses: precisions 4/6, 3/5, 2/4, 1/3.
+    assert cased["bleu"] == pytest.approx(100 * (4 / 6 * 3 / 5 * 2 / 4 * 1 / 3) ** 0.25, abs=0.01)
+
+    assert detokenize_words(["twenty", "-", "one", "houses"]) == "twenty-one houses"
+    assert detokenize_ids([5, 6, EOS_ID, 7, PAD_ID], ["", "", "", "", "", "a", "b", "c"]) == "a b"
+    path = write_samples(tmp_path / "samples.md", ["s1", "s2"], ["r1", "r2"], ["r1", "h2"])
+    text = path.read_text()
+    assert "- source: s2" in text and "- hypothesis: h2" in text and "## 2 (differs)" in text
+
+
+# -- Transformer ----------------------------------------------------------------------------
+
+
+def test_param_sets_and_overrides():
+    assert resolve_hparams("base") == {
+        "num_layers": 6,
+        "d_model": 512,
+        "filter_size": 2048,
+        "num_heads": 8,
+        "dropout": 0.1,
+    }
+    big = resolve_hparams("big", num_layers=None, dropout=0.2)
+    assert big["d_model"] == 1024 and big["num_heads"] == 16 and big["dropout"] == 0.2
+    with pytest.raises(ValueError, match="model.param_set='huge'"):
+        resolve_hparams("huge")
+    with pytest.raises(ValueError, match="divisible"):
+        resolve_hparams("tiny", num_heads=3)
+
+
+def test_tiny_transformer_forward_and_backward():
+    keras.utils.set_random_seed(0)
+    model = build_transformer((12,), 40, param_set="tiny")
+    rng = np.random.default_rng(0)
+    source = rng.integers(4, 40, (3, 12)).astype(np.int32)
+    source[:, 8:] = PAD_ID
+    target_in = rng.integers(4, 40, (3, 12)).astype(np.int32)
+    labels = np.roll(target_in, -1, axis=1)
+    loss_fn = masked_sparse_crossentropy(0.1)
+    with tf.GradientTape() as tape:
+        logits = model([source, target_in], training=True)
+        loss = loss_fn(labels, logits)
+    assert logits.shape == (3, 12, 40) and logits.dtype == tf.float32
+    grads = tape.gradient(loss, model.trainable_variables)
+    assert all(
+        g is not None and np.isfinite(np.asarray(tf.convert_to_tensor(g))).all() for g in grads
+    )
+    embeddings = [v for v in model.trainable_variables if "embeddings" in v.name]
+    assert len(embeddings) == 1 and embeddings[0].shape == (40, 64), "one tied embedding matrix"
+    # Padding is masked: more padding leaves the real positions' logits unchanged.
+    longer = np.pad(source, [(0, 0), (0, 5)])
+    np.testing.assert_allclose(
+        model([longer, target_in]).numpy(), model([source, target_in]).numpy(), atol=1e-4
+    )
+    # Causal: a later target token does not change earlier logits.
+    changed = target_in.copy()
+    changed[:, -1] = 5
+    np.testing.assert_allclose(
+        model([source, changed]).numpy()[:, :-1],
+        model([source, target_in]).numpy()[:, :-1],
+        atol=1e-4,
+    )
+    post = build_transformer((12,), 40, param_set="tiny", pre_norm=False, num_layers=1)
+    assert post([source, target_in]).shape == (3, 12, 40)
+
+
+def test_incremental_decoding_matches_the_full_forward_pass(tmp_path):
+    keras.utils.set_random_seed(1)
+    model = build_transformer((10,), 30, param_set="tiny", num_layers=2)
+    rng = np.random.default_rng(1)
+    source = rng.integers(4, 30, (2, 10)).astype(np.int32)
+    source[1, 6:] = PAD_ID
+    target_in = np.concatenate([np.full((2, 1), BOS_ID), rng.integers(4, 30, (2, 9))], 1)
+    full = model([source, target_in.astype(np.int32)]).numpy()
+    parts = TransformerParts.of(model)
+    memory_kv, bias, cache = parts.start(source, parts.encode(source), 10)
+    for step in range(10):
+        tokens = tf.constant(target_in[:, step], tf.int32)
+        logits, cache = parts.step_logits(tokens, memory_kv, bias, cache, tf.constant(step))
+        np.testing.assert_allclose(logits.numpy(), full[:, step], atol=1e-4)
+    # The model saved as the engine does loads with the same layers.
+    model.save(tmp_path / "model.keras")
+    loaded = keras.models.load_model(tmp_path / "model.keras", compile=False)
+    np.testing.assert_allclose(loaded([source, target_in]).numpy(), full, atol=1e-5)
+    np.testing.assert_array_equal(
+        greedy_translate(loaded, source, 10), greedy_translate(model, source, 10)
+    )
+
+
+def check_decoded(tokens: np.ndarray) -> None:
+    """Rows end at their first EOS and are padded after it."""
+    for row in tokens:
+        ends = np.flatnonzero(row == EOS_ID)
+        if len(ends):
+            assert not row[ends[0] + 1 :].any()
+            assert not (row[: ends[0]] == PAD_ID).any()
+
+
+def test_decoders_reproduce_a_learnt_copy_task_with_the_models_own_weights():
+    keras.utils.set_random_seed(0)
+    ds = SyntheticTranslationDataset(
+        vocab_size=14, max_length=8, num_train=4096, num_val=64, task="copy", seed=0
+    )
+    train, _ = ds.load()
+    model = build_transformer((8,), 14, param_set="tiny", dropout=0.0)
+    decay = keras.optimizers.schedules.PolynomialDecay(2e-3, 300, 2e-4)
+    model.compile(keras.optimizers.Adam(decay, beta_2=0.98), loss=masked_sparse_crossentropy(0.0))
+    model.fit(train.shuffle(4096, seed=0).batch(64).repeat(), steps_per_epoch=300, verbose=0)
+    source, expected = ds.arrays("val").source, ds.arrays("val").target_output
+
+    greedy = greedy_translate(model, source, 8)
+    beam = beam_translate(model, source, 8, beam_size=3, alpha=0.6)
+    for decoded in (greedy, beam):
+        check_decoded(decoded)
+        assert decoded.shape == (64, 8) and decoded.dtype == np.int32
+        assert np.mean(np.all(decoded == expected, axis=1)) >= 0.95
+
+    embeddings = model.get_layer("embedding").embeddings
+    trained = embeddings.numpy()
+    embeddings.assign(np.random.default_rng(0).normal(size=trained.shape).astype(np.float32))
+    assert not np.array_equal(greedy_translate(model, source, 8), greedy)
+    assert not np.array_equal(beam_translate(model, source, 8, beam_size=3), beam)
+    embeddings.assign(trained)
+    np.testing.assert_array_equal(greedy_translate(model, source, 8), greedy)
+
+
+# -- configuration --------------------------------------------------------------------------
+
+
+def test_translation_configs_compose_and_build(compose_cfg, wmt_dir):
+    cfg = compose_cfg(
+        "model=transformer",
+        "dataset=numbers_translation",
+        "model.param_set=tiny",
+        "model.num_layers=1",
+        "dataset.num_train=300",
+        "dataset.num_val=50",
+    )
+    assert cfg.model.param_set == "tiny" and cfg.model.d_model is None
+    info = build_dataset(cfg.dataset).info()
+    assert (info.num_train, info.input_shape, info.num_classes) == (300, (16,), 71)
+    model = build_model(cfg.model, info)
+    assert model.get_layer("embedding").embeddings.shape == (71, 64)
+    assert len(model.get_layer("encoder").blocks) == 1
+
+    cfg = compose_cfg("model=transformer", "dataset=synthetic_translation")
+    assert build_dataset(cfg.dataset).info().num_classes == cfg.dataset.vocab_size == 1000
+    cfg = compose_cfg(
+        "dataset=wmt14",
+        f"dataset.data_dir={wmt_dir}",
+        "dataset.vocab_size=120",
+        "dataset.max_length=48",
+    )
+    assert build_dataset(cfg.dataset).info() == wmt(wmt_dir).info()
+    with pytest.raises(Exception, match="d_modle"):
+        compose_cfg("model=transformer", "model.d_modle=32")
+    with pytest.raises(Exception, match="long_pairs"):
+        compose_cfg("dataset=wmt14", "dataset.long_pairs=[1]")
