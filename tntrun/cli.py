@@ -19,7 +19,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from tntrun import preflight
-from tntrun.launch import run_ranks
+from tntrun.launch import StallWatch, run_ranks
 from tntrun.plan import Plan, PlanError, ResumePoint, build_plan
 from tntrun.plan_view import plot_schedule, render_plan
 from tntrun.rank_logs import RankLogWriter
@@ -29,6 +29,7 @@ from tntrun.schema import register
 from tntrun.sweep import sweep_parent
 from tntrun.tracking import RunTracker, flatten, tracking_uri
 from tntrun.ui import server_command
+from tntrun.watchdog import HEARTBEATS
 from tntrun.zoo import build_dataset, distributes_automatically
 
 EXIT_CONFIG_ERROR = 2
@@ -136,7 +137,7 @@ def train(cfg: DictConfig) -> tuple[int, float]:
         run_id = tracker.start(cfg.tracking.run_name, tags, parent_run_id=sweep_parent())
         prefix = None
     (run_dir / RUN_ID_FILE).write_text(run_id)
-    status = "FAILED"
+    status, stalled = "FAILED", None
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     try:
         if not resumed:
@@ -151,12 +152,14 @@ def train(cfg: DictConfig) -> tuple[int, float]:
         print(f"tntrun: MLflow run {run_id} in {uri}")
         env = {**dict(plan.launch_env), "MLFLOW_RUN_ID": run_id, "MLFLOW_TRACKING_URI": uri}
         logs = RankLogWriter(run_dir / LOG_DIR)
-        status = run_ranks(plan.launch_command, env, run_dir / "ranks.log", logs).status
+        watch = StallWatch(run_dir / HEARTBEATS, plan.world_size, cfg.train.stall_timeout_s)
+        result = run_ranks(plan.launch_command, env, run_dir / "ranks.log", logs, watch)
+        status, stalled = result.status, result.stalled
     except KeyboardInterrupt:
         status = "KILLED"
     finally:
         try:
-            record_outputs(tracker, run_dir, status, prefix)
+            record_outputs(tracker, run_dir, status, prefix, stalled)
         finally:
             tracker.finish(status)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tntrun.rank_logs import RankLogWriter
+from tntrun.watchdog import StallWatchdog
 
-GRACE_SECONDS = 10
+GRACE_SECONDS = 5  # SIGINT first, SIGKILL to what is left after this
 # TensorFlow's import-time messages that no log level silences and that say
 # nothing about the run (CUDA plugin registration in a CPU-only process). They
 # stay in the run's log file; the console skips them.
@@ -31,13 +32,14 @@ START_UP_NOISE = re.compile(
 class LaunchResult:
     returncode: int
     interrupted: bool
+    stalled: str | None = None
 
     @property
     def status(self) -> str:
         """The MLflow run status this outcome maps to."""
         if self.interrupted:
             return "KILLED"
-        return "FINISHED" if self.returncode == 0 else "FAILED"
+        return "FINISHED" if self.returncode == 0 and not self.stalled else "FAILED"
 
 
 def _stop(process: subprocess.Popen) -> None:
@@ -54,11 +56,28 @@ def _stop(process: subprocess.Popen) -> None:
             continue
 
 
+@dataclass(frozen=True)
+class StallWatch:
+    """Where the ranks' heartbeats are and how long silence may last (0: not watched)."""
+
+    directory: Path
+    world_size: int
+    timeout: float
+
+
 def run_ranks(
-    command: Sequence[str], env: Mapping[str, str], log_file: Path, rank_logs: RankLogWriter
+    command: Sequence[str],
+    env: Mapping[str, str],
+    log_file: Path,
+    rank_logs: RankLogWriter,
+    stall: StallWatch | None = None,
 ) -> LaunchResult:
-    """Run ``command``; tee its output to stdout, ``log_file`` and the per-rank logs."""
+    """Run ``command``; tee its output to stdout, ``log_file`` and the per-rank logs.
+
+    With ``stall``, a watchdog ends the job when the ranks stop making progress.
+    """
     full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
+    stalled: list[str] = []
     with log_file.open("w") as log:
         process = subprocess.Popen(
             list(command),
@@ -70,6 +89,16 @@ def run_ranks(
             bufsize=1,
             start_new_session=True,
         )
+        watchdog = None
+        if stall is not None and stall.timeout > 0:
+
+            def on_stall(message: str) -> None:
+                stalled.append(message)
+                print(f"tntrun: stall watchdog: {message}; stopping the job", flush=True)
+                _stop(process)
+
+            watchdog = StallWatchdog(stall.directory, stall.world_size, stall.timeout, on_stall)
+            watchdog.start()
         try:
             assert process.stdout is not None
             for line in process.stdout:
@@ -77,11 +106,14 @@ def run_ranks(
                 rank_logs.write(line)
                 if not START_UP_NOISE.search(line):
                     sys.stdout.write(line)
-            return LaunchResult(process.wait(), interrupted=False)
+            code = process.wait()
+            return LaunchResult(code, interrupted=False, stalled=stalled[0] if stalled else None)
         except KeyboardInterrupt:
             _stop(process)
             return LaunchResult(process.returncode or 130, interrupted=True)
         finally:
+            if watchdog is not None:
+                watchdog.stop()
             if process.poll() is None:
                 _stop(process)
             rank_logs.close()

@@ -54,19 +54,28 @@ class RankFailure:
 
 
 def find_failure(directory: Path) -> RankFailure | None:
-    """The rank that failed first (per horovodrun, else the first with a traceback)."""
+    """The rank that failed first: the one horovodrun names, else the first with a traceback.
+
+    A rank killed by a signal leaves no traceback; its last output stands in.
+    """
     launcher = directory / f"{LAUNCHER}.log"
     named = FIRST_FAILED.search(launcher.read_text()) if launcher.exists() else None
-    candidates = sorted(directory.glob("rank.*.log"), key=lambda p: int(p.stem.split(".")[1]))
     if named:
-        candidates.sort(key=lambda p: p.stem != f"rank.{named.group(1)}")
-    for log in candidates:
+        rank = int(named.group(1))
+        log = directory / f"rank.{rank}.log"
+        text = log.read_text(errors="replace") if log.exists() else ""
+        start = text.rfind("Traceback (most recent call last)")
+        if start >= 0:
+            return RankFailure(rank, text[start:])
+        exit_code = re.search(r"Exit code:\s*(-?\d+)", launcher.read_text())
+        tail = "\n".join(text.splitlines()[-50:]) or "(no output)"
+        code = f" (exit code {exit_code.group(1)})" if exit_code else ""
+        return RankFailure(
+            rank, f"rank {rank} ended without a traceback{code}; last output:\n{tail}"
+        )
+    for log in sorted(directory.glob("rank.*.log"), key=lambda p: int(p.stem.split(".")[1])):
         text = log.read_text(errors="replace")
         start = text.rfind("Traceback (most recent call last)")
         if start >= 0:
             return RankFailure(int(log.stem.split(".")[1]), text[start:])
-    if named:
-        log = directory / f"rank.{named.group(1)}.log"
-        tail = log.read_text(errors="replace") if log.exists() else "(no output)"
-        return RankFailure(int(named.group(1)), "\n".join(tail.splitlines()[-50:]))
     return None

@@ -63,7 +63,9 @@ def merge_overrides(base: DictConfig, overrides: Iterable[str], groups: Iterable
                 f"{key}={override.value()}: a resumed run keeps its {key}; "
                 "start a new run to change it"
             )
-        OmegaConf.update(base, key, override.value(), force_add=False)
+        # Replace, not merge: `callbacks={}` drops the run's extra callbacks.
+        OmegaConf.update(base, key, override.value(), merge=False,
+                         force_add=key.startswith("callbacks."))  # fmt: skip
 
 
 def load_resumed_run(

@@ -35,8 +35,10 @@ def start_tags(
     }
 
 
-def record_outputs(tracker: RunTracker, run_dir: Path, status: str, prefix: str | None) -> None:
-    """Attach the run's outputs and, for a failed run, the failing rank's traceback."""
+def record_outputs(
+    tracker: RunTracker, run_dir: Path, status: str, prefix: str | None, stalled: str | None = None
+) -> None:
+    """Attach the run's outputs and, for a failed run, why it failed (traceback or stall)."""
 
     def path(name: str) -> str | None:
         return f"{prefix}/{name}" if prefix else name
@@ -50,7 +52,9 @@ def record_outputs(tracker: RunTracker, run_dir: Path, status: str, prefix: str 
     checkpoint = latest_checkpoint(run_dir)
     if checkpoint is not None:
         tracker.log_artifact(checkpoint, path(f"checkpoint/{checkpoint.name}"))
-    if status == "FAILED":
+    if stalled:
+        tracker.set_tag("failure.stalled", stalled)
+    elif status == "FAILED":
         failure = find_failure(run_dir / LOG_DIR)
         if failure is not None:
             report = run_dir / f"traceback_rank_{failure.rank}.txt"

@@ -115,6 +115,8 @@ class TrainConfig:
     drop_remainder: bool = True
     # Compare a weight checksum across ranks after the first step and every N epochs.
     check_sync_every_epochs: int = 1
+    # End the job when no rank made progress for this long (s); 0 disables the watchdog.
+    stall_timeout_s: float = 600.0
     # TensorBoard logs in <run_dir>/tensorboard (master rank).
     tensorboard: bool = False
     # Profile these training batches into TensorBoard, e.g. "5,8" (needs tensorboard=true).

@@ -198,6 +198,34 @@ class LearningRateLogger(keras.callbacks.Callback):
             logs["lr"] = current_lr(self.model.optimizer)
 
 
+class Heartbeat(keras.callbacks.Callback):
+    """Record this rank's progress (step and phase) in ``<dir>/rank.<N>`` for the watchdog.
+
+    Placed last among the callbacks, so a rank stuck in another callback or in
+    its input pipeline shows less progress than the ranks waiting for it.
+    """
+
+    def __init__(self, directory: Path, rank: int) -> None:
+        super().__init__()
+        directory.mkdir(parents=True, exist_ok=True)
+        self.path = directory / f"rank.{rank}"
+        self._tmp = directory / f".rank.{rank}.tmp"
+
+    def _beat(self, phase: str) -> None:
+        step = int(self.model.optimizer.iterations.numpy())
+        self._tmp.write_text(f"{step} {phase}")
+        self._tmp.replace(self.path)
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._beat("begin")
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._beat("end")
+
+    def on_test_batch_end(self, batch, logs=None):
+        self._beat("eval")
+
+
 class EpochMetricsLogger(keras.callbacks.Callback):
     """Master rank: hand each epoch's (already averaged) logs to ``log_metrics``."""
 

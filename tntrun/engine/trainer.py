@@ -20,6 +20,7 @@ from tntrun.engine.data import distribute_eval, distribute_train, shard_size
 from tntrun.engine.lr_schedule import PlannedSchedule
 from tntrun.engine.optimizers import build_optimizer
 from tntrun.plan import Plan
+from tntrun.watchdog import HEARTBEATS
 from tntrun.zoo import build_dataset, build_model, distributes_automatically
 
 COMPRESSION = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16}
@@ -147,6 +148,7 @@ def train(cfg: Any, plan: Plan, run_dir: Path) -> dict[str, float]:
     callbacks += user_callbacks(OmegaConf.to_container(cfg.callbacks, resolve=True), rank == 0)
     if mlflow_logger is not None:
         callbacks += master_callbacks(cfg, plan, run_dir, mlflow_logger)
+    callbacks.append(cb.Heartbeat(run_dir / HEARTBEATS, rank))  # last: see Heartbeat
 
     with mlflow_logger.system_metrics(cfg.tracking, plan) if mlflow_logger else nullcontext():
         history = model.fit(

@@ -1,0 +1,103 @@
+"""Failure handling with real ranks: a rank that raises, dies or stalls, and Ctrl-C.
+
+Each case must end the whole job promptly, leave no process behind, mark the
+MLflow run FAILED or KILLED with the reason, and keep the last checkpoint usable.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import clean_env, run_dir_of, store_uri, tntrun_cli, tntrun_command
+
+pytestmark = pytest.mark.slow
+LONG_RUN = ("train.epochs=50", "tracking.system_metrics=false")
+
+
+def fault(kind: str, rank: int = 1, step: int = 30) -> tuple[str, ...]:
+    return (
+        "+callbacks.fault._target_=tntrun.engine.faults.InjectFault",
+        "+callbacks.fault.ranks=all_ranks", f"+callbacks.fault.rank={rank}",
+        f"+callbacks.fault.at_step={step}", f"+callbacks.fault.kind={kind}",
+    )  # fmt: skip
+
+
+def run_until(tmp_path, args, marker: str, then=None):
+    """Run tntrun; note when ``marker`` is printed (and call ``then``); return timings."""
+    driver = subprocess.Popen(
+        tntrun_command(tmp_path, *args), cwd=tmp_path, env=clean_env(), text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    lines, marked = [], None
+    for line in driver.stdout:
+        lines.append(line)
+        if marked is None and marker in line:
+            marked = time.monotonic()
+            if then is not None:
+                then(driver)
+    code = driver.wait(timeout=120)
+    ended = time.monotonic()
+    output = "".join(lines)
+    assert marked is not None, f"never saw {marker!r}:\n{output[-3000:]}"
+    return code, ended - marked, output
+
+
+def leftover_processes(run_dir) -> list[str]:
+    found = subprocess.run(["pgrep", "-af", str(run_dir)], capture_output=True, text=True)
+    return [line for line in found.stdout.splitlines() if "pgrep" not in line]
+
+
+def the_run(tmp_path, output):
+    run_dir = run_dir_of(subprocess.CompletedProcess([], 0, output, ""))
+    client = MlflowClient(store_uri(tmp_path))
+    return run_dir, client, client.get_run((run_dir / "mlflow_run_id").read_text())
+
+
+@pytest.mark.parametrize("kind", ["raise", "kill"])
+def test_a_failing_rank_ends_the_job_and_the_run_can_resume(tmp_path, kind):
+    code, seconds, output = run_until(tmp_path, (*LONG_RUN, *fault(kind)), "injecting fault")
+    assert code != 0 and seconds < 30, f"job took {seconds:.1f} s to end after the fault"
+    run_dir, client, run = the_run(tmp_path, output)
+    assert run.info.status == "FAILED"
+    assert leftover_processes(run_dir) == []
+    assert run.data.tags["failure.rank"] == "1"
+    if kind == "raise":
+        assert "injected failure on rank 1" in run.data.tags["failure.last_lines"]
+        artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert "traceback_rank_1.txt" in artifacts
+    assert (run_dir / "checkpoints" / "epoch-0001" / "meta.json").exists()
+
+    resumed = tntrun_cli(tmp_path, f"resume={run_dir}", "train.epochs=2", "callbacks={}")
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert "at epoch 1" in resumed.stdout
+    assert client.get_run(run.info.run_id).info.status == "FINISHED"
+
+
+def test_ctrl_c_stops_every_rank_within_10_s(tmp_path):
+    code, seconds, output = run_until(
+        tmp_path, LONG_RUN, "checkpoint saved: epoch 1",
+        then=lambda driver: driver.send_signal(signal.SIGINT),
+    )  # fmt: skip
+    assert code != 0 and seconds < 10, f"ranks took {seconds:.1f} s to stop"
+    run_dir, _, run = the_run(tmp_path, output)
+    assert run.info.status == "KILLED"
+    assert leftover_processes(run_dir) == []
+
+
+def test_the_watchdog_names_a_stalled_rank(tmp_path):
+    code, seconds, output = run_until(
+        tmp_path, (*LONG_RUN, "train.stall_timeout_s=8", *fault("stall")), "injecting fault"
+    )
+    assert code != 0 and seconds < 8 + 15
+    assert "stall watchdog: rank 1 stalled at step 30" in output
+    run_dir, _, run = the_run(tmp_path, output)
+    assert run.info.status == "FAILED"
+    assert run.data.tags["failure.stalled"].startswith("rank 1 stalled at step 30")
+    assert leftover_processes(run_dir) == []
+    assert os.path.exists(run_dir / "checkpoints" / "epoch-0001")

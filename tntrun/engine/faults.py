@@ -1,0 +1,44 @@
+"""Fault injection for rehearsing failures: make one rank raise, exit, die or stall.
+
+Add it as a user callback on all ranks, e.g.::
+
+    tntrun +callbacks.fault._target_=tntrun.engine.faults.InjectFault \\
+           +callbacks.fault.ranks=all_ranks +callbacks.fault.rank=1 \\
+           +callbacks.fault.at_step=30 +callbacks.fault.kind=kill
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import horovod.tensorflow as hvd
+import tf_keras as keras
+
+KINDS = ("raise", "exit", "kill", "stall")
+
+
+class InjectFault(keras.callbacks.Callback):
+    """At training step ``at_step`` on rank ``rank``: raise, exit(3), SIGKILL itself, or sleep."""
+
+    def __init__(self, rank: int, at_step: int, kind: str = "raise") -> None:
+        super().__init__()
+        if kind not in KINDS:
+            raise ValueError(f"callbacks.fault.kind={kind!r}: choose one of {', '.join(KINDS)}")
+        self.rank, self.at_step, self.kind = rank, at_step, kind
+
+    def on_train_batch_begin(self, batch, logs=None):
+        step = int(self.model.optimizer.iterations.numpy())
+        if hvd.rank() != self.rank or step != self.at_step:
+            return
+        print(f"rank {self.rank}: injecting fault '{self.kind}' at step {step}", flush=True)
+        if self.kind == "raise":
+            raise RuntimeError(f"injected failure on rank {self.rank} at step {step}")
+        if self.kind == "exit":
+            sys.exit(3)
+        if self.kind == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        while True:  # stall
+            time.sleep(3600)
