@@ -273,6 +273,7 @@ class NumbersTranslationDataset:
             num_train=self.num_train,
             num_val=self.num_val,
             input_shape=(self.max_length,),
+            task="translation",
             num_classes=len(self.vocabulary),
         )
 
@@ -283,6 +284,10 @@ class NumbersTranslationDataset:
     def decode(self, ids) -> str:
         """Token ids (up to EOS) as the space-separated tokens BLEU is computed on."""
         return " ".join(self.vocabulary.decode(ids))
+
+    def bleu_sources(self, limit: int) -> np.ndarray:
+        """Padded source ids of the first ``limit`` validation pairs (as in ``val_text``)."""
+        return self.arrays("val").source[:limit]
 
     def val_text(self) -> tuple[list[str], list[str]]:
         """(English sources, German references) of the validation split, tokens space-separated."""

@@ -97,6 +97,7 @@ class SyntheticTranslationDataset:
             num_train=self.num_train,
             num_val=self.num_val,
             input_shape=(self.max_length,),
+            task="translation",
             num_classes=self.vocab_size,
         )
 

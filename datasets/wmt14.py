@@ -299,6 +299,7 @@ class Wmt14Dataset:
             num_val=meta["num_val"],
             input_shape=(self.max_length,),
             num_classes=meta["vocab_size"],
+            task="translation",
         )
 
     def _split(self, split: str) -> tf.data.Dataset:
@@ -340,6 +341,10 @@ class Wmt14Dataset:
     def decode(self, ids) -> str:
         """Detokenised text of pieces ids (up to EOS)."""
         return self.processor.decode(strip_special(ids))
+
+    def bleu_sources(self, limit: int) -> np.ndarray:
+        """Padded source ids of the first ``limit`` validation sentences (as in ``val_text``)."""
+        return self.encode_sources(self.val_text()[0][:limit])
 
     def val_text(self) -> tuple[list[str], list[str]]:
         """(sources, references) of the whole validation files, for BLEU."""

@@ -50,12 +50,13 @@ def _config_error(problems: list[str]) -> int:
 def plain_config(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
     """The resolved config as plain data, with the user's batch intent applied.
 
-    ``micro_batch_size=N`` on its own derives the global batch, so the config's
-    default ``global_batch_size`` is dropped unless it was overridden too.
+    ``micro_batch_size`` or ``batch_tokens`` derive the global batch, so the
+    config's default ``global_batch_size`` is dropped unless it was overridden too.
     """
     plain = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     given = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
-    if plain.get("micro_batch_size") is not None and "global_batch_size" not in given:
+    derives_global = plain.get("micro_batch_size") is not None or plain.get("batch_tokens")
+    if derives_global and "global_batch_size" not in given:
         plain["global_batch_size"] = None
     return plain
 
@@ -189,7 +190,7 @@ def _report(tracker: RunTracker, status: str, uri: str, run_dir: Path) -> dict[s
     metrics = tracker.metrics()
     print()
     print(f"tntrun: run {status}")
-    for key in ("val_accuracy", "val_loss"):
+    for key in ("val_accuracy", "val_loss", "bleu", "bleu_uncased"):
         if key in metrics:
             print(f"tntrun: final {key}: {metrics[key]:.4f}")
     print(f"tntrun: MLflow run id: {tracker.run_id}")

@@ -38,6 +38,8 @@ class DatasetInfo:
     num_val: int
     input_shape: tuple[int, ...]
     num_classes: int
+    # "classification" (label per sample) or "translation" (token sequences, BLEU).
+    task: str = "classification"
 
 
 @dataclass(frozen=True)
@@ -155,9 +157,18 @@ def scale_learning_rate(base_lr: float, global_batch: int, base_batch: int, scal
     raise PlanError(f"schedule.scaling={scaling!r}: choose one of {', '.join(LR_SCALINGS)}")
 
 
-def batch_sizes(cfg: Mapping[str, Any], world: int) -> tuple[int, int]:
-    """(global, micro) batch from ``global_batch_size`` or ``micro_batch_size``."""
+def batch_sizes(cfg: Mapping[str, Any], world: int, sequence_length: int) -> tuple[int, int]:
+    """(global, micro) batch from ``global_batch_size``, ``micro_batch_size``, ``batch_tokens``."""
     global_batch, micro = cfg.get("global_batch_size"), cfg.get("micro_batch_size")
+    tokens = cfg.get("batch_tokens")
+    if tokens is not None:
+        sentences = tokens // sequence_length
+        if global_batch is not None and global_batch != sentences:
+            raise PlanError(
+                f"batch_tokens={tokens} gives {sentences} sentences of length {sequence_length} "
+                f"but global_batch_size={global_batch}: give only one of them"
+            )
+        global_batch = sentences
     if micro is not None:
         if micro < 1:
             raise PlanError(f"micro_batch_size={micro}: a rank needs at least 1 sample per step")
@@ -348,7 +359,7 @@ def build_plan(
     per_node = _collect(problems, lambda: ranks_per_node(gpus, int(cfg["ranks_per_node"])))
     hosts = per_node and _collect(problems, lambda: resolve_hosts(cfg, per_node, facts.env))
     world = int(cfg["nodes"]) * per_node if hosts else None
-    batches = world and _collect(problems, lambda: batch_sizes(cfg, world))
+    batches = world and _collect(problems, lambda: batch_sizes(cfg, world, data.input_shape[0]))
     knobs = _collect(problems, lambda: horovod_knobs(cfg["horovod"], run_dir))
     epochs = int(cfg["train"]["epochs"])
     if epochs < 1:

@@ -46,7 +46,7 @@ def record_outputs(
     for name in ("config.yaml", "plan.json", *OUTPUT_ARTIFACTS):
         if (run_dir / name).exists():
             tracker.log_artifact(run_dir / name, prefix)
-    for folder, name in ((".hydra", "hydra"), (LOG_DIR, LOG_DIR)):
+    for folder, name in ((".hydra", "hydra"), (LOG_DIR, LOG_DIR), ("translations",) * 2):
         if (run_dir / folder).is_dir():
             tracker.log_artifact(run_dir / folder, path(name))
     checkpoint = latest_checkpoint(run_dir)

@@ -115,6 +115,11 @@ class TrainConfig:
     drop_remainder: bool = True
     # Compare a weight checksum across ranks after the first step and every N epochs.
     check_sync_every_epochs: int = 1
+    # Label smoothing of the translation loss (Vaswani et al.: 0.1).
+    label_smoothing: float = 0.0
+    # Translation: BLEU on this many validation sentences (0: all) with this beam (1: greedy).
+    bleu_max_sentences: int = 1000
+    bleu_beam_size: int = 1
     # End the job when no rank made progress for this long (s); 0 disables the watchdog.
     stall_timeout_s: float = 600.0
     # TensorBoard logs in <run_dir>/tensorboard (master rank).
@@ -150,6 +155,8 @@ class TntrunConfig:
     global_batch_size: int | None = None
     # ... or per rank; the other one is derived. Both given must agree.
     micro_batch_size: int | None = None
+    # ... or in tokens for sequence data (the seed's Transformer): sentences = tokens // length.
+    batch_tokens: int | None = None
     val_micro_batch_size: int | None = None
     seed: int = 42
     # TensorFlow op determinism: identical results for identical configs (slower).

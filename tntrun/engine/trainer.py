@@ -16,9 +16,11 @@ from omegaconf import OmegaConf
 
 from tntrun.checkpoints import STATE_PREFIX, CheckpointMeta, config_hash
 from tntrun.engine import callbacks as cb
+from tntrun.engine.bleu_eval import BleuEvaluation
 from tntrun.engine.data import distribute_eval, distribute_train, shard_size
 from tntrun.engine.lr_schedule import PlannedSchedule
 from tntrun.engine.optimizers import build_optimizer
+from tntrun.engine.tasks import compile_spec
 from tntrun.plan import Plan
 from tntrun.watchdog import HEARTBEATS
 from tntrun.zoo import build_dataset, build_model, distributes_automatically
@@ -31,7 +33,9 @@ RANK_SCOPES = ("all_ranks", "master_only")
 
 def _progress_line(metrics: dict[str, float], epoch: int, epochs: int) -> str:
     shown = " ".join(
-        f"{k}={v:.4g}" for k, v in metrics.items() if k in ("lr",) or "loss" in k or "acc" in k
+        f"{k}={v:.4g}"
+        for k, v in metrics.items()
+        if k == "lr" or any(part in k for part in ("loss", "acc", "bleu"))
     )
     speed = metrics.get("samples_per_s")
     suffix = f" ({speed:,.0f} samples/s)" if speed else ""
@@ -119,11 +123,8 @@ def train(cfg: Any, plan: Plan, run_dir: Path) -> dict[str, float]:
         backward_passes_per_step=plan.backward_passes_per_step,
         average_aggregated_gradients=True,
     )
-    model.compile(
-        optimizer=optimizer,
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        weighted_metrics=["accuracy"],
-    )
+    model.compile(optimizer=optimizer,
+                  **compile_spec(info.task, float(cfg.train.label_smoothing)))  # fmt: skip
     restore_and_broadcast(model, optimizer, plan)
 
     mlflow_logger = None
@@ -147,6 +148,12 @@ def train(cfg: Any, plan: Plan, run_dir: Path) -> dict[str, float]:
         ))  # fmt: skip
     callbacks += user_callbacks(OmegaConf.to_container(cfg.callbacks, resolve=True), rank == 0)
     if mlflow_logger is not None:
+        if info.task == "translation" and hasattr(dataset, "val_text"):
+            callbacks.append(BleuEvaluation(
+                dataset, run_dir, int(cfg.train.epochs_between_evals),
+                int(cfg.train.bleu_max_sentences), int(cfg.train.bleu_beam_size),
+                info.input_shape[0],
+            ))  # fmt: skip
         callbacks += master_callbacks(cfg, plan, run_dir, mlflow_logger)
     callbacks.append(cb.Heartbeat(run_dir / HEARTBEATS, rank))  # last: see Heartbeat
 

@@ -1,0 +1,34 @@
+"""What a task trains on: its loss and metrics (classification or translation)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tf_keras as keras
+
+TASKS = ("classification", "translation")
+
+
+def compile_spec(task: str, label_smoothing: float) -> dict[str, Any]:
+    """``model.compile`` arguments (loss, weighted metrics) for ``task``.
+
+    Metrics are weighted so zero-weight padding samples never count.
+    """
+    if task == "classification":
+        if label_smoothing:
+            raise ValueError(
+                "train.label_smoothing applies to translation; classification uses "
+                "sparse cross-entropy without smoothing: set train.label_smoothing=0"
+            )
+        return {
+            "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            "weighted_metrics": ["accuracy"],
+        }
+    if task == "translation":
+        from tntrun.translation_loss import masked_sparse_crossentropy, masked_token_accuracy
+
+        return {
+            "loss": masked_sparse_crossentropy(label_smoothing=label_smoothing),
+            "weighted_metrics": [masked_token_accuracy(name="accuracy")],
+        }
+    raise ValueError(f"dataset task {task!r}: tntrun trains {', '.join(TASKS)}")
