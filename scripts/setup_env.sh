@@ -111,6 +111,14 @@ if ! command -v chromium >/dev/null; then
   fi
 fi
 
+# openssh-server: the multi-host tests run real sshd in network namespaces.
+if [ ! -x /usr/sbin/sshd ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  step "installing openssh-server for the multi-host tests"
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server; } \
+    > "$VENV/sshd-install.log" 2>&1 \
+    || echo "warning: could not install openssh-server; the multi-host tests will be skipped"
+fi
+
 stamp="$VENV/.tntrun-verified"
 if [ ! -f "$stamp" ] || [ "$stamp" -ot "$0" ]; then
   step "verifying a real 2-rank Gloo allreduce"

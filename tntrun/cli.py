@@ -22,7 +22,9 @@ from tntrun import preflight
 from tntrun.launch import StallWatch, run_ranks
 from tntrun.plan import Plan, PlanError, ResumePoint, build_plan
 from tntrun.plan_view import plot_schedule, render_plan
+from tntrun.provenance import versions
 from tntrun.rank_logs import RankLogWriter
+from tntrun.remote_hosts import preflight_hosts
 from tntrun.resume import RUN_ID_FILE, ResumedRun, load_resumed_run
 from tntrun.run_record import LOG_DIR, record_outputs, start_tags
 from tntrun.schema import register
@@ -85,6 +87,18 @@ def make_plan(
     )
 
 
+def check_remote_hosts(cfg: DictConfig, plan: Plan) -> None:
+    """ssh into every remote host and compare versions before anything starts."""
+    found = versions()
+    hvd = cfg.horovod
+    preflight_hosts(
+        [host for host, _ in plan.hosts],
+        plan.launch_command[plan.launch_command.index("-m") - 1],
+        {name: found.get(f"version.{name}") for name in ("tntrun", "tensorflow", "horovod")},
+        hvd.ssh_port, hvd.ssh_identity_file, int(hvd.start_timeout),
+    )  # fmt: skip
+
+
 def dry_run(cfg: DictConfig, plan: Plan, run_dir: Path) -> int:
     """Show the config, the plan and the launch command; start nothing."""
     print("== Config ==")
@@ -119,6 +133,10 @@ def train(cfg: DictConfig) -> tuple[int, float]:
         return _config_error(err.problems), NAN
     if cfg.dry_run:
         return dry_run(cfg, plan, run_dir), NAN
+    try:
+        check_remote_hosts(cfg, plan)
+    except PlanError as err:
+        return _config_error(err.problems), NAN
 
     output_root = Path(cfg.output_root)
     uri = tracking_uri(cfg.tracking.uri, output_root)

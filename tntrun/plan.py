@@ -275,6 +275,10 @@ def horovod_knobs(hvd: Mapping[str, Any], run_dir: Path) -> tuple[HorovodKnob, .
         )
     if hvd.get("hierarchical_allreduce"):
         knobs.append(HorovodKnob("hierarchical_allreduce", True, "flag --hierarchical-allreduce"))
+    for key, flag in (("network_interface", "--network-interface"), ("ssh_port", "-p"),
+                      ("ssh_identity_file", "-i")):  # fmt: skip
+        if hvd.get(key) is not None:
+            knobs.append(HorovodKnob(key, hvd[key], f"flag {flag} {hvd[key]}"))
     compression = str(hvd.get("compression", "none"))
     knobs.append(HorovodKnob("compression", compression, "in-rank DistributedOptimizer"))
     passes = int(hvd.get("backward_passes_per_step", 1))

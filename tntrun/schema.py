@@ -91,6 +91,10 @@ class HorovodConfig:
     # Gradient accumulation: micro-batches per optimizer update (counts into the batch).
     backward_passes_per_step: int = 1
     start_timeout: int = 60
+    # Multi-host: the NIC the ranks talk over (same name on every host), and how to ssh in.
+    network_interface: str | None = None
+    ssh_port: int | None = None
+    ssh_identity_file: str | None = None
 
 
 @dataclass

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Two test "hosts" on this machine for multi-host runs: network namespaces with
+# their own hostname, joined to the root namespace by a bridge, each running a
+# real sshd that accepts a key generated for the purpose. Needs root.
+#
+#   scripts/netns_hosts.sh up   STATE_DIR   # prints "host port key" lines
+#   scripts/netns_hosts.sh down STATE_DIR
+#
+# Hosts: 10.77.0.1 (tnt-h1) and 10.77.0.2 (tnt-h2); the root namespace is
+# 10.77.0.254 on bridge tnt0. Traffic stays on these addresses.
+set -euo pipefail
+
+ACTION=${1:?usage: netns_hosts.sh up|down STATE_DIR}
+STATE=${2:?usage: netns_hosts.sh up|down STATE_DIR}
+PORT=${TNT_SSH_PORT:-2222}
+BRIDGE=tnt0  # same name as the hosts' interface: Horovod looks the NIC up on the driver too
+HOSTS=(1 2)
+
+down() {
+  for i in "${HOSTS[@]}"; do
+    if [ -f "$STATE/sshd.$i.pid" ]; then kill "$(cat "$STATE/sshd.$i.pid")" 2>/dev/null || true; fi
+    ip netns del "tnt-h$i" 2>/dev/null || true
+    rm -rf "/etc/netns/tnt-h$i"
+    ip link del "tntv$i" 2>/dev/null || true
+  done
+  ip link del "$BRIDGE" 2>/dev/null || true
+}
+
+up() {
+  [ "$(id -u)" = 0 ] || { echo "netns_hosts.sh needs root" >&2; exit 1; }
+  command -v /usr/sbin/sshd >/dev/null || { echo "sshd missing: apt-get install openssh-server" >&2; exit 1; }
+  down
+  mkdir -p "$STATE" /run/sshd
+  [ -f "$STATE/id_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -f "$STATE/id_ed25519"
+  [ -f "$STATE/host_key" ] || ssh-keygen -q -t ed25519 -N '' -f "$STATE/host_key"
+  cp "$STATE/id_ed25519.pub" "$STATE/authorized_keys"
+  chmod 600 "$STATE/authorized_keys"
+
+  ip link add "$BRIDGE" type bridge
+  ip addr add 10.77.0.254/24 dev "$BRIDGE"
+  ip link set "$BRIDGE" up
+  for i in "${HOSTS[@]}"; do
+    ns="tnt-h$i"
+    ip netns add "$ns"
+    ip link add "tntv$i" type veth peer name tnt0 netns "$ns"
+    ip link set "tntv$i" master "$BRIDGE" up
+    ip -n "$ns" addr add "10.77.0.$i/24" dev tnt0
+    ip -n "$ns" link set tnt0 up
+    ip -n "$ns" link set lo up
+    # `ip netns exec` mounts /etc/netns/<ns>/hosts over /etc/hosts: Gloo resolves hostnames.
+    mkdir -p "/etc/netns/$ns"
+    printf '127.0.0.1 localhost\n10.77.0.1 tnt-h1\n10.77.0.2 tnt-h2\n' > "/etc/netns/$ns/hosts"
+    cat > "$STATE/sshd.$i.conf" <<EOF
+Port $PORT
+ListenAddress 10.77.0.$i
+HostKey $STATE/host_key
+PidFile $STATE/sshd.$i.pid
+AuthorizedKeysFile $STATE/authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+PermitUserEnvironment no
+AcceptEnv *
+EOF
+    # Own UTS namespace, so each host has its own hostname.
+    ip netns exec "$ns" unshare --uts sh -c \
+      "hostname tnt-h$i && exec /usr/sbin/sshd -f $STATE/sshd.$i.conf -E $STATE/sshd.$i.log"
+  done
+  for i in "${HOSTS[@]}"; do
+    for _ in $(seq 50); do
+      ssh -q -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
+          -o ConnectTimeout=2 -i "$STATE/id_ed25519" -p "$PORT" "10.77.0.$i" true && break
+      sleep 0.2
+    done
+    echo "10.77.0.$i $PORT $STATE/id_ed25519"
+  done
+}
+
+case "$ACTION" in
+  up) up ;;
+  down) down ;;
+  *) echo "usage: netns_hosts.sh up|down STATE_DIR" >&2; exit 2 ;;
+esac
