@@ -10,6 +10,7 @@ from __future__ import annotations
 import shlex
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from tntrun.ui import server_command
 from tntrun.watchdog import HEARTBEATS
 from tntrun.zoo import build_dataset, distributes_automatically
 
+DRIVER_START = time.time()  # ranks report their first step relative to it
 EXIT_CONFIG_ERROR = 2
 NAN = float("nan")
 register()
@@ -169,7 +171,8 @@ def train(cfg: DictConfig) -> tuple[int, float]:
             f"{plan.steps_per_epoch} steps/epoch x {plan.epochs} epochs; lr {plan.scaled_lr:g}"
         )
         print(f"tntrun: MLflow run {run_id} in {uri}")
-        env = {**dict(plan.launch_env), "MLFLOW_RUN_ID": run_id, "MLFLOW_TRACKING_URI": uri}
+        env = {**dict(plan.launch_env), "MLFLOW_RUN_ID": run_id, "MLFLOW_TRACKING_URI": uri,
+               "TNTRUN_DRIVER_START": repr(DRIVER_START)}  # fmt: skip
         logs = RankLogWriter(run_dir / LOG_DIR)
         watch = StallWatch(run_dir / HEARTBEATS, plan.world_size, cfg.train.stall_timeout_s)
         result = run_ranks(plan.launch_command, env, run_dir / "ranks.log", logs, watch)

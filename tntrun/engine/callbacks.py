@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -124,8 +125,12 @@ class Throughput(keras.callbacks.Callback):
         self._steps = []
         self._epoch_start = time.perf_counter()
 
+    first_step_at: float | None = None  # wall clock (time.time) of the first step
+
     def on_train_batch_begin(self, batch, logs=None):
         self._step_start = time.perf_counter()
+        if self.first_step_at is None:
+            self.first_step_at = time.time()
 
     def on_train_batch_end(self, batch, logs=None):
         self._steps.append(time.perf_counter() - self._step_start)
@@ -149,10 +154,14 @@ class Throughput(keras.callbacks.Callback):
         steps = sum(n for _, n in epochs)
         if not seconds:
             return {}
-        return {
+        found = {
             "steady_samples_per_s": steps * self.samples_per_step / seconds,
             "steady_step_time_ms": 1000.0 * seconds / max(steps, 1),
         }
+        driver_start = os.environ.get("TNTRUN_DRIVER_START")
+        if driver_start and self.first_step_at is not None:
+            found["startup_s"] = self.first_step_at - float(driver_start)
+        return found
 
 
 def current_lr(optimizer) -> float:

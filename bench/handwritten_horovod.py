@@ -1,0 +1,94 @@
+"""The baseline a user would write by hand: Horovod + Keras on digits, no tntrun.
+
+    horovodrun --gloo -np 2 -H localhost:2 python bench/handwritten_horovod.py --epochs 20
+
+Same model (MLP 128-64), data (digits split), global batch 64 and optimizer as
+tntrun's default experiment. Rank 0 prints one JSON line with the steady-state
+step time (epochs after the first) and the time from process start to the
+first training step.
+"""
+
+import argparse
+import json
+import os
+import time
+
+START = time.perf_counter()
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+import horovod.tensorflow as hvd  # noqa: E402
+import horovod.tensorflow.keras as hvd_keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import tf_keras as keras  # noqa: E402
+from tntrun.datasets.digits import DigitsDataset  # noqa: E402  (the same arrays)
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--epochs", type=int, default=20)
+parser.add_argument("--global-batch", type=int, default=64)
+args = parser.parse_args()
+
+hvd.init()
+tf.config.threading.set_intra_op_parallelism_threads(max(1, os.cpu_count() // hvd.size()))
+tf.config.threading.set_inter_op_parallelism_threads(max(1, os.cpu_count() // hvd.size()))
+tf.random.set_seed(42)
+
+x_train, x_val, y_train, y_val = DigitsDataset()._splits
+micro = args.global_batch // hvd.size()
+steps = len(x_train) // args.global_batch
+train = (
+    tf.data.Dataset.from_tensor_slices((x_train, y_train))
+    .shuffle(len(x_train), seed=42)
+    .shard(hvd.size(), hvd.rank())
+    .batch(micro, drop_remainder=True)
+    .take(steps)
+    .repeat()
+    .prefetch(tf.data.AUTOTUNE)
+)
+
+model = keras.Sequential(
+    [
+        keras.Input((64,)),
+        keras.layers.Dense(128, activation="relu"),
+        keras.layers.Dropout(0.1),
+        keras.layers.Dense(64, activation="relu"),
+        keras.layers.Dropout(0.1),
+        keras.layers.Dense(10),
+    ]
+)
+model.compile(
+    optimizer=hvd_keras.DistributedOptimizer(keras.optimizers.Adam(0.002)),
+    loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    metrics=["accuracy"],
+)
+
+
+class Timer(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.first_step, self.epochs = None, []
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.first_step is None:
+            self.first_step = time.perf_counter() - START
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.t = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.epochs.append(time.perf_counter() - self.t)
+
+
+timer = Timer()
+hvd.broadcast_variables(model.variables, root_rank=0)
+model.fit(train, epochs=args.epochs, steps_per_epoch=steps, callbacks=[timer], verbose=0)
+if hvd.rank() == 0:
+    steady = timer.epochs[1:] or timer.epochs
+    print(
+        json.dumps(
+            {
+                "steady_step_time_ms": 1000 * sum(steady) / (len(steady) * steps),
+                "time_to_first_step_s": timer.first_step,
+            }
+        ),
+        flush=True,
+    )

@@ -1,0 +1,80 @@
+"""tntrun versus the hand-written Horovod script: steady-state step time and start-up.
+
+    .venv/bin/python bench/overhead.py [--repeats 5] [--epochs 20]
+
+Both run the same model, data and global batch on 2 ranks (horovodrun, Gloo,
+localhost), interleaved A/B `repeats` times. tntrun's figures come from its
+MLflow run (steady_step_time_ms) and from wall time until its first step
+(driver start to the first heartbeat); the script prints its own. Ratios of
+medians are reported (target: step time ratio <= 1.02).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parents[1]
+ENV_FLAGS = {"TF_CPP_MIN_LOG_LEVEL": "3", "TF_USE_LEGACY_KERAS": "1", "CUDA_VISIBLE_DEVICES": "-1"}
+
+
+def handwritten(epochs: int) -> dict[str, float]:
+    import os
+
+    out = subprocess.run(
+        [str(BIN / "horovodrun"), "--gloo", "-np", "2", "-H", "localhost:2", sys.executable,
+         str(ROOT / "bench" / "handwritten_horovod.py"), "--epochs", str(epochs)],
+        capture_output=True, text=True, check=True, env={**os.environ, **ENV_FLAGS},
+    ).stdout  # fmt: skip
+    line = next(ln for ln in out.splitlines() if "steady_step_time_ms" in ln)
+    return json.loads(line.split(":", 1)[1] if line.startswith("[") else line)
+
+
+def with_tntrun(epochs: int, work: Path) -> dict[str, float]:
+    from mlflow.tracking import MlflowClient
+
+    out = subprocess.run(
+        [str(BIN / "tntrun"), f"train.epochs={epochs}", "tracking.system_metrics=false",
+         "checkpoint.every_epochs=0", "tracking.log_every_steps=0", f"output_root={work}"],
+        cwd=work, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    run_id = next(ln.rsplit(" ", 1)[1] for ln in out.splitlines() if "MLflow run id:" in ln)
+    metrics = MlflowClient(f"sqlite:///{work / 'mlflow.db'}").get_run(run_id).data.metrics
+    # startup_s: from the driver's start to rank 0's first training step.
+    return {"steady_step_time_ms": metrics["steady_step_time_ms"],
+            "time_to_first_step_s": metrics["startup_s"]}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--epochs", type=int, default=20)
+    args = parser.parse_args()
+    results: dict[str, list[dict[str, float]]] = {"handwritten": [], "tntrun": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.repeats):
+            work = Path(tmp) / str(i)
+            work.mkdir()
+            results["handwritten"].append(handwritten(args.epochs))
+            results["tntrun"].append(with_tntrun(args.epochs, work))
+    print("| variant | median step ms | median time to first step s | n |")
+    print("|---|---|---|---|")
+    medians = {}
+    for name, rows in results.items():
+        step = statistics.median(r["steady_step_time_ms"] for r in rows)
+        first = statistics.median(r["time_to_first_step_s"] for r in rows)
+        medians[name] = (step, first)
+        print(f"| {name} | {step:.3f} | {first:.2f} | {len(rows)} |")
+    (hs, hf), (ts, tf) = medians["handwritten"], medians["tntrun"]
+    print(f"\nstep time ratio tntrun/handwritten: {ts / hs:.3f} (target <= 1.02)")
+    print(f"start-up difference: {tf - hf:+.2f} s (target <= +1 s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""Data parallelism on one host: 2 ranks x 1 thread versus 1 rank x 2 threads.
+
+    .venv/bin/python bench/single_host_efficiency.py [--repeats 3] [--epochs 3]
+
+Same global batch (64), same synthetic 32x32x3 images, models `cnn` and
+`resnet18` (small stem); the plan's thread split. Steady-state throughput
+(epochs after the first) from each run's MLflow metrics, variants interleaved;
+ratio = median(2 x 1) / median(1 x 2). Target: >= 0.95.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+LAYOUTS = {"1 rank x 2 threads": ("ranks_per_node=1", "threads_per_rank=2"),
+           "2 ranks x 1 thread": ("ranks_per_node=2", "threads_per_rank=1")}  # fmt: skip
+MODELS = {"cnn": ("model=cnn",), "resnet18": ("model=resnet18", "model.stem=small")}
+
+
+def throughput(work: Path, args: tuple[str, ...]) -> float:
+    from mlflow.tracking import MlflowClient
+
+    out = subprocess.run(
+        [str(BIN / "tntrun"), "dataset=synthetic_images", "optimizer=sgd", *args,
+         "tracking.system_metrics=false", "checkpoint.every_epochs=0",
+         "tracking.log_every_steps=0", f"output_root={work}"],
+        cwd=work, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    run_id = next(ln.rsplit(" ", 1)[1] for ln in out.splitlines() if "MLflow run id:" in ln)
+    store = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
+    return store.get_run(run_id).data.metrics["steady_samples_per_s"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=3)
+    args = parser.parse_args()
+    print("| model | 1 rank x 2 threads samples/s | 2 ranks x 1 thread samples/s | ratio | n |")
+    print("|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for model, model_args in MODELS.items():
+            found: dict[str, list[float]] = {name: [] for name in LAYOUTS}
+            for i in range(args.repeats):
+                for name, layout in LAYOUTS.items():
+                    work = Path(tmp) / f"{model}-{i}-{name[0]}"
+                    work.mkdir()
+                    found[name].append(throughput(
+                        work, (*model_args, *layout, f"train.epochs={args.epochs}")
+                    ))  # fmt: skip
+            one, two = (statistics.median(v) for v in found.values())
+            print(f"| {model} | {one:.0f} | {two:.0f} | {two / one:.3f} | {args.repeats} |")
+
+
+if __name__ == "__main__":
+    main()
