@@ -7,10 +7,12 @@ config, derives the plan, creates the MLflow run, starts the ranks with
 
 from __future__ import annotations
 
+import os
 import shlex
 import signal
 import sys
 import time
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ from tntrun.remote_hosts import preflight_hosts
 from tntrun.resume import RUN_ID_FILE, ResumedRun, load_resumed_run
 from tntrun.run_record import LOG_DIR, record_outputs, start_tags
 from tntrun.schema import register
+from tntrun.slurm import allocation_layout
 from tntrun.sweep import sweep_parent
 from tntrun.tracking import RunTracker, flatten, tracking_uri
 from tntrun.ui import server_command
@@ -56,12 +59,16 @@ def plain_config(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
 
     ``micro_batch_size`` or ``batch_tokens`` derive the global batch, so the
     config's default ``global_batch_size`` is dropped unless it was overridden too.
+    Inside a Slurm allocation its nodes, tasks and GPUs per node fill the layout
+    keys not given on the command line.
     """
     plain = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     given = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
     derives_global = plain.get("micro_batch_size") is not None or plain.get("batch_tokens")
     if derives_global and "global_batch_size" not in given:
         plain["global_batch_size"] = None
+    if not plain.get("hosts") and not plain.get("hostfile"):
+        plain.update(allocation_layout(os.environ, given))
     return plain
 
 
@@ -89,8 +96,19 @@ def make_plan(
     )
 
 
+def launcher_env(cfg: DictConfig, plan: Plan) -> AbstractContextManager[dict[str, str]]:
+    """Extra variables the launcher needs: srun ranks meet at our rendezvous server."""
+    if cfg.launcher == "srun":
+        from tntrun.srun_rendezvous import rendezvous
+
+        return rendezvous(plan, cfg.horovod.network_interface)
+    return nullcontext({})
+
+
 def check_remote_hosts(cfg: DictConfig, plan: Plan) -> None:
-    """ssh into every remote host and compare versions before anything starts."""
+    """ssh into every remote host and compare versions before anything starts (horovodrun)."""
+    if cfg.launcher != "horovodrun":
+        return
     found = versions()
     hvd = cfg.horovod
     preflight_hosts(
@@ -175,7 +193,9 @@ def train(cfg: DictConfig) -> tuple[int, float]:
                "TNTRUN_DRIVER_START": repr(DRIVER_START)}  # fmt: skip
         logs = RankLogWriter(run_dir / LOG_DIR)
         watch = StallWatch(run_dir / HEARTBEATS, plan.world_size, cfg.train.stall_timeout_s)
-        result = run_ranks(plan.launch_command, env, run_dir / "ranks.log", logs, watch)
+        with launcher_env(cfg, plan) as extra:
+            result = run_ranks(plan.launch_command, {**env, **extra}, run_dir / "ranks.log",
+                               logs, watch)  # fmt: skip
         status, stalled = result.status, result.stalled
     except KeyboardInterrupt:
         status = "KILLED"

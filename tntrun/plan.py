@@ -20,6 +20,7 @@ from tntrun.layout import LayoutError, RankPlacement, place_ranks, ranks_per_nod
 from tntrun.schedules import ScheduleParams
 
 LR_SCALINGS = ("linear", "sqrt", "none")
+LAUNCHERS = ("horovodrun", "srun")
 
 
 class PlanError(ValueError):
@@ -293,6 +294,7 @@ def horovod_knobs(hvd: Mapping[str, Any], run_dir: Path) -> tuple[HorovodKnob, .
 def _launch(
     knobs: tuple[HorovodKnob, ...], hosts: tuple[tuple[str, int], ...], world: int,
     start_timeout: int, facts: MachineFacts, run_dir: Path, cpu_only: bool,
+    launcher: str = "horovodrun",
 ) -> tuple[tuple[str, ...], dict[str, str]]:  # fmt: skip
     """The horovodrun command line and the environment the ranks get."""
     # Keras 2 on the ranks (Horovod does not average gradients under Keras 3);
@@ -308,11 +310,24 @@ def _launch(
             env[name] = value
         elif kind == "flag":
             flags.extend(rest.split())
+    worker = (facts.python, "-m", "tntrun.worker", str(run_dir))
+    if launcher == "srun":
+        # Ranks get Horovod's variables from Slurm's (tntrun.slurm) and meet at the
+        # driver's rendezvous server; horovodrun-only knobs travel as HOROVOD_* variables.
+        env["TNTRUN_LAUNCHER"] = "srun"
+        for knob in knobs:
+            if knob.key == "network_interface":
+                env["HOROVOD_GLOO_IFACE"] = str(knob.value)
+        command = (
+            "srun", f"--nodes={len(hosts)}", f"--ntasks={world}",
+            f"--ntasks-per-node={hosts[0][1]}", "--distribution=block", "--kill-on-bad-exit=1",
+            "--label", *worker,
+        )  # fmt: skip
+        return command, env
     command = (
         facts.horovodrun, "--gloo", "-np", str(world),
         "-H", ",".join(f"{host}:{slots}" for host, slots in hosts),
-        "--start-timeout", str(start_timeout), *flags,
-        facts.python, "-m", "tntrun.worker", str(run_dir),
+        "--start-timeout", str(start_timeout), *flags, *worker,
     )  # fmt: skip
     return command, env
 
@@ -374,6 +389,12 @@ def build_plan(
             "pin_to_socket=true needs numactl, which is not installed: "
             "install it (apt-get install numactl) or set pin_to_socket=false"
         )
+    launcher = str(cfg.get("launcher", "horovodrun"))
+    if launcher not in LAUNCHERS:
+        problems.append(f"launcher={launcher}: choose {' or '.join(LAUNCHERS)}")
+    elif launcher == "srun" and not facts.env.get("SLURM_JOB_NODELIST"):
+        problems.append("launcher=srun needs a Slurm allocation (salloc/sbatch): no "
+                        "SLURM_JOB_NODELIST here; use launcher=horovodrun")  # fmt: skip
     threads = cfg.get("threads_per_rank")
     if threads is not None and threads < 1:
         problems.append(f"threads_per_rank={threads}: use 1 or more, or null for cores/ranks")
@@ -415,7 +436,7 @@ def build_plan(
     sockets = int(cfg.get("sockets_per_node") or facts.sockets_per_node)
     command, env = _launch(
         knobs, hosts, world, int(cfg["horovod"].get("start_timeout", 60)), facts, run_dir,
-        cpu_only=gpus == 0,
+        cpu_only=gpus == 0, launcher=launcher,
     )  # fmt: skip
     fusion = next((k.value * 1024 for k in knobs if k.key == "fusion_threshold_kb"), None)
     return Plan(

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-RANK_LINE = re.compile(r"^\[(\d+)\]<(stdout|stderr)>:(.*)$", re.DOTALL)
+# horovodrun: "[3]<stdout>:text"; srun --label: "3: text".
+RANK_LINE = re.compile(r"^(?:\[(\d+)\]<(?:stdout|stderr)>:|\s*(\d+): )(.*)$", re.DOTALL)
 FIRST_FAILED = re.compile(r"first process to do so was:\s*Process name:\s*(\d+)", re.MULTILINE)
 LAUNCHER = "launcher"
 TAIL_LINES = 8
@@ -33,7 +34,7 @@ class RankLogWriter:
     def write(self, line: str) -> None:
         match = RANK_LINE.match(line)
         if match:
-            self._file(f"rank.{match.group(1)}").write(match.group(3))
+            self._file(f"rank.{match.group(1) or match.group(2)}").write(match.group(3))
         else:
             self._file(LAUNCHER).write(line)
 

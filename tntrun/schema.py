@@ -179,6 +179,8 @@ class TntrunConfig:
     hosts: list[str] | None = None
     hostfile: str | None = None
 
+    # horovodrun (ssh/local) or srun (inside a Slurm allocation).
+    launcher: str = "horovodrun"
     dry_run: bool = False
     output_root: str = "outputs"
 

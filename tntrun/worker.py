@@ -36,6 +36,10 @@ def main(argv: list[str]) -> int:
 
     cfg = OmegaConf.load(run_dir / "config.yaml")
     plan = Plan.load(run_dir / "plan.json")
+    if os.environ.get("TNTRUN_LAUNCHER") == "srun":
+        from tntrun.slurm import horovod_env
+
+        os.environ.update(horovod_env(os.environ, plan.hosts))
     if plan.pin_to_socket and not os.environ.get(PINNED):
         pin_to_socket(plan, argv)
 
