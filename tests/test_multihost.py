@@ -15,8 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from mlflow.tracking import MlflowClient
 
-from tests.conftest import run_dir_of, tntrun_cli
+from tests.conftest import run_dir_of, store_uri, tntrun_cli
 from tntrun.plan import Plan
 
 pytestmark = pytest.mark.slow
@@ -79,4 +80,6 @@ def test_unreachable_host_or_wrong_port_is_a_clear_error(hosts, tmp_path, overri
     assert result.returncode == 2
     assert message in result.stderr and "Traceback" not in result.stderr
     assert time.monotonic() - start < 30
-    assert not (tmp_path / "outputs" / "mlflow.db").exists()
+    client = MlflowClient(store_uri(tmp_path))
+    (run,) = client.search_runs([client.get_experiment_by_name("tntrun").experiment_id])
+    assert run.info.status == "FAILED" and message in run.data.tags["failure.preflight"]

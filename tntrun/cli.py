@@ -153,10 +153,6 @@ def train(cfg: DictConfig) -> tuple[int, float]:
         return _config_error(err.problems), NAN
     if cfg.dry_run:
         return dry_run(cfg, plan, run_dir), NAN
-    try:
-        check_remote_hosts(cfg, plan)
-    except PlanError as err:
-        return _config_error(err.problems), NAN
 
     output_root = Path(cfg.output_root)
     uri = tracking_uri(cfg.tracking.uri, output_root)
@@ -176,13 +172,15 @@ def train(cfg: DictConfig) -> tuple[int, float]:
         run_id = tracker.start(cfg.tracking.run_name, tags, parent_run_id=sweep_parent())
         prefix = None
     (run_dir / RUN_ID_FILE).write_text(run_id)
-    status, stalled = "FAILED", None
+    status, stalled, unreachable = "FAILED", None, None
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     try:
         if not resumed:
             params = dict(flatten(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)))
             params.update(plan.summary_params())
             tracker.log_params(params)
+        # Remote hosts are checked once the run exists, so a failed check is on record.
+        check_remote_hosts(cfg, plan)
         print(
             f"tntrun: {plan.world_size} ranks on {', '.join(f'{h}:{s}' for h, s in plan.hosts)}; "
             f"global batch {plan.global_batch_size} = {plan.world_size} x {plan.micro_batch_size}; "
@@ -197,6 +195,9 @@ def train(cfg: DictConfig) -> tuple[int, float]:
             result = run_ranks(plan.launch_command, {**env, **extra}, run_dir / "ranks.log",
                                logs, watch)  # fmt: skip
         status, stalled = result.status, result.stalled
+    except PlanError as err:
+        unreachable = err.problems
+        tracker.set_tag("failure.preflight", "\n".join(err.problems)[:5000])
     except KeyboardInterrupt:
         status = "KILLED"
     finally:
@@ -206,6 +207,8 @@ def train(cfg: DictConfig) -> tuple[int, float]:
             tracker.finish(status)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
+    if unreachable:
+        return _config_error(unreachable), NAN
     metrics = _report(tracker, status, uri, run_dir)
     if status != "FINISHED":
         return 1, NAN
