@@ -158,7 +158,6 @@ def train(cfg: DictConfig) -> tuple[int, float]:
     uri = tracking_uri(cfg.tracking.uri, output_root)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     plan.save(run_dir / "plan.json")
-    plot_schedule(plan, run_dir / "lr_schedule.png")
 
     tracker = RunTracker.for_experiment(
         uri, cfg.tracking.experiment_name, output_root / "mlartifacts"
@@ -202,6 +201,7 @@ def train(cfg: DictConfig) -> tuple[int, float]:
         status = "KILLED"
     finally:
         try:
+            plot_schedule(plan, run_dir / "lr_schedule.png")  # after the run: not on the way to it
             record_outputs(tracker, run_dir, status, prefix, stalled)
         finally:
             tracker.finish(status)

@@ -81,6 +81,7 @@ class WeightSyncGuard(keras.callbacks.Callback):
 
     def __init__(self, every_epochs: int = 1) -> None:
         super().__init__()
+        self._supports_tf_logs = True  # see Throughput
         self.every_epochs = every_epochs
         self._checked_first_step = False
 
@@ -119,6 +120,8 @@ class Throughput(keras.callbacks.Callback):
 
     def __init__(self, global_samples_per_step: int) -> None:
         super().__init__()
+        # Batch hooks that never read logs: Keras then skips converting them every step.
+        self._supports_tf_logs = True
         self.samples_per_step = global_samples_per_step
         self.epochs: list[tuple[float, int]] = []  # (seconds, steps)
         self._steps: list[float] = []
@@ -183,16 +186,20 @@ class StepMetrics(keras.callbacks.Callback):
     def __init__(self, every: int, global_batch: int, log_metrics: Callable | None) -> None:
         super().__init__()
         self.every, self.global_batch, self.log_metrics = every, global_batch, log_metrics
+        self._supports_tf_logs = True  # converts its one log value itself, every N steps
         self._last = (0, 0.0)
 
     def on_train_begin(self, logs=None):
-        self._last = (int(self.model.optimizer.iterations.numpy()), time.perf_counter())
+        self._step = int(self.model.optimizer.iterations.numpy())
+        self._last = (self._step, time.perf_counter())
 
     def on_train_batch_end(self, batch, logs=None):
-        step = int(self.model.optimizer.iterations.numpy())
+        self._step += 1  # counted here: reading the optimizer's step every batch syncs
+        step = self._step
         if step % self.every or not logs:
             return
-        loss = weighted_mean({"loss": logs["loss"]}, 1.0, name=f"step_metrics.{step}")["loss"]
+        loss = weighted_mean({"loss": float(logs["loss"])}, 1.0, name=f"step_metrics.{step}")
+        loss = loss["loss"]
         now = time.perf_counter()
         speed = (step - self._last[0]) * self.global_batch / max(now - self._last[1], 1e-9)
         self._last = (step, now)
@@ -216,25 +223,34 @@ class Heartbeat(keras.callbacks.Callback):
     its input pipeline shows less progress than the ranks waiting for it.
     """
 
+    RECORD = 32  # bytes: "<step> <phase>" padded, rewritten in place
+
     def __init__(self, directory: Path, rank: int) -> None:
         super().__init__()
+        self._supports_tf_logs = True  # never reads logs: no per-step conversion
         directory.mkdir(parents=True, exist_ok=True)
-        self.path = directory / f"rank.{rank}"
-        self._tmp = directory / f".rank.{rank}.tmp"
+        self._fd = os.open(directory / f"rank.{rank}", os.O_WRONLY | os.O_CREAT, 0o644)
+        self._step = 0
 
     def _beat(self, phase: str) -> None:
-        step = int(self.model.optimizer.iterations.numpy())
-        self._tmp.write_text(f"{step} {phase}")
-        self._tmp.replace(self.path)
+        # One pwrite of a fixed-size record: cheap enough for every step.
+        os.pwrite(self._fd, f"{self._step} {phase}".ljust(self.RECORD).encode(), 0)
+
+    def on_train_begin(self, logs=None):
+        self._step = int(self.model.optimizer.iterations.numpy())
 
     def on_train_batch_begin(self, batch, logs=None):
         self._beat("begin")
 
     def on_train_batch_end(self, batch, logs=None):
+        self._step += 1
         self._beat("end")
 
     def on_test_batch_end(self, batch, logs=None):
         self._beat("eval")
+
+    def on_train_end(self, logs=None):
+        os.close(self._fd)
 
 
 class EpochMetricsLogger(keras.callbacks.Callback):
