@@ -24,7 +24,7 @@ lint: setup
 	$(BIN)/ruff format --check .
 
 ui: setup
-	$(BIN)/mlflow server --backend-store-uri sqlite:///$(CURDIR)/outputs/mlflow.db --host 127.0.0.1 --port 5000 --workers 1
+	$(BIN)/tntrun ui
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
