@@ -127,7 +127,7 @@ if [ ! -f "$stamp" ] || [ "$stamp" -ot "$0" ]; then
     || { printf '%s\n' "$out" | tail -n 30 >&2; die "the 2-rank Horovod self-check failed"; }
   printf '%s\n' "$out" | grep -o 'selfcheck ok.*' | sort -u
   step "caching horovodrun --check-build for run records"
-  "$PY" -c "from tntrun.provenance import horovod_build; print(horovod_build('$VENV/bin/horovodrun'))"
+  "$PY" -c "from tntrun.provenance import horovod_build; print(horovod_build())"
   touch "$stamp"
 fi
 step "environment ready: $VENV ($DEVICE, TensorFlow $TF_VERSION, Horovod $HOROVOD_VERSION)"

@@ -113,7 +113,7 @@ def check_remote_hosts(cfg: DictConfig, plan: Plan) -> None:
     hvd = cfg.horovod
     preflight_hosts(
         [host for host, _ in plan.hosts],
-        plan.launch_command[plan.launch_command.index("-m") - 1],
+        sys.executable,  # the ranks' interpreter, at the same path on every host
         {name: found.get(f"version.{name}") for name in ("tntrun", "tensorflow", "horovod")},
         hvd.ssh_port, hvd.ssh_identity_file, int(hvd.start_timeout),
     )  # fmt: skip

@@ -17,18 +17,23 @@ from tntrun.plan import DatasetInfo, MachineFacts, PlanError
 ZOO_GROUPS = ("model", "dataset")
 
 
+def venv_executable(name: str) -> str:
+    """``name`` beside this interpreter (a venv need not be activated), else from PATH."""
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.exists() else (shutil.which(name) or name)
+
+
 def machine_facts() -> MachineFacts:
     """Cores, NUMA sockets, numactl and launcher paths of this node."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     numa = list(Path("/sys/devices/system/node").glob("node[0-9]*"))
-    beside = Path(sys.executable).parent / "horovodrun"
     return MachineFacts(
         cores_per_node=cores or 1,
         sockets_per_node=max(1, len(numa)),
         numactl=shutil.which("numactl"),
         env=dict(os.environ),
         python=sys.executable,
-        horovodrun=str(beside) if beside.exists() else (shutil.which("horovodrun") or "horovodrun"),
+        horovodrun=venv_executable("horovodrun"),
     )
 
 

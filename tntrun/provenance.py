@@ -11,6 +11,8 @@ import platform
 import subprocess
 from pathlib import Path
 
+from tntrun.preflight import venv_executable
+
 PACKAGES = {"tensorflow": ("tensorflow-cpu", "tensorflow"), "tf_keras": ("tf-keras",),
             "horovod": ("horovod",), "hydra": ("hydra-core",), "mlflow": ("mlflow",),
             "tntrun": ("tntrun",)}  # fmt: skip
@@ -47,7 +49,7 @@ def git_tags(directory: Path) -> dict[str, str]:
             "git.repo": root}  # fmt: skip
 
 
-def horovod_build(horovodrun: str) -> dict[str, str]:
+def horovod_build() -> dict[str, str]:
     """``horovodrun --check-build`` (cached per Horovod install) and what Horovod was built for.
 
     check-build is slow (it imports the frameworks) and can claim frameworks
@@ -67,7 +69,7 @@ def horovod_build(horovodrun: str) -> dict[str, str]:
     if not cached.exists():
         try:
             out = subprocess.run(
-                [horovodrun, "--check-build"],
+                [venv_executable("horovodrun"), "--check-build"],
                 capture_output=True,
                 text=True,
                 timeout=120,

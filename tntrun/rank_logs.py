@@ -60,23 +60,27 @@ def find_failure(directory: Path) -> RankFailure | None:
     A rank killed by a signal leaves no traceback; its last output stands in.
     """
     launcher = directory / f"{LAUNCHER}.log"
-    named = FIRST_FAILED.search(launcher.read_text()) if launcher.exists() else None
+    launcher_text = launcher.read_text() if launcher.exists() else ""
+    named = FIRST_FAILED.search(launcher_text)
     if named:
         rank = int(named.group(1))
         log = directory / f"rank.{rank}.log"
         text = log.read_text(errors="replace") if log.exists() else ""
-        start = text.rfind("Traceback (most recent call last)")
-        if start >= 0:
-            return RankFailure(rank, text[start:])
-        exit_code = re.search(r"Exit code:\s*(-?\d+)", launcher.read_text())
+        if traceback := last_traceback(text):
+            return RankFailure(rank, traceback)
+        exit_code = re.search(r"Exit code:\s*(-?\d+)", launcher_text)
         tail = "\n".join(text.splitlines()[-50:]) or "(no output)"
         code = f" (exit code {exit_code.group(1)})" if exit_code else ""
         return RankFailure(
             rank, f"rank {rank} ended without a traceback{code}; last output:\n{tail}"
         )
     for log in sorted(directory.glob("rank.*.log"), key=lambda p: int(p.stem.split(".")[1])):
-        text = log.read_text(errors="replace")
-        start = text.rfind("Traceback (most recent call last)")
-        if start >= 0:
-            return RankFailure(int(log.stem.split(".")[1]), text[start:])
+        if traceback := last_traceback(log.read_text(errors="replace")):
+            return RankFailure(int(log.stem.split(".")[1]), traceback)
     return None
+
+
+def last_traceback(text: str) -> str | None:
+    """The last Python traceback in a log, to its end; None without one."""
+    start = text.rfind("Traceback (most recent call last)")
+    return text[start:] if start >= 0 else None

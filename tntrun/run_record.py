@@ -24,7 +24,7 @@ def start_tags(
     return {
         **git_tags(Path.cwd()),
         **versions(),
-        **horovod_build(plan.launch_command[0]),
+        **horovod_build(),  # also with launcher=srun, whose command is not horovodrun
         "world_size": str(plan.world_size),
         "hosts": ",".join(f"{host}:{slots}" for host, slots in plan.hosts),
         "driver_host": socket.gethostname(),

@@ -4,20 +4,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from tntrun.preflight import venv_executable
 from tntrun.tracking import tracking_uri
 
 
 def server_command(uri: str, host: str = "127.0.0.1", port: int = 5000) -> list[str]:
     """``mlflow server`` over ``uri``; one worker, as SQLite wants a single writer."""
-    beside = Path(sys.executable).parent / "mlflow"
-    mlflow = str(beside) if beside.exists() else (shutil.which("mlflow") or "mlflow")
-    return [mlflow, "server", "--backend-store-uri", uri, "--host", host, "--port", str(port),
-            "--workers", "1"]  # fmt: skip
+    return [venv_executable("mlflow"), "server", "--backend-store-uri", uri, "--host", host,
+            "--port", str(port), "--workers", "1"]  # fmt: skip
 
 
 def main(argv: Sequence[str]) -> int:

@@ -25,9 +25,11 @@ def weighted_mean(values: Mapping[str, float], weight: float, name: str) -> dict
 
 def weights_checksum(variables: Sequence[tf.Variable]) -> float:
     """A float64 checksum of model weights, equal on all ranks while they stay in sync."""
-    return float(
-        sum(np.sum(np.abs(v.numpy().astype(np.float64))) + np.sum(v.numpy()) for v in variables)
-    )
+    total = 0.0
+    for variable in variables:
+        values = variable.numpy().astype(np.float64)
+        total += float(np.abs(values).sum() + values.sum())
+    return total
 
 
 def checksums_across_ranks(variables: Sequence[tf.Variable], name: str) -> np.ndarray:
