@@ -20,6 +20,20 @@ CHECKS = [
      "schedule.warmup_epochs=5 (110 steps) is longer than training (66 steps, train.epochs=3)"),
     (["schedule=warmup_piecewise", "schedule.warmup_epochs=1"],
      "schedule.boundaries_epochs has 30, beyond the last epoch (train.epochs=20)"),
+    (["schedule=warmup_piecewise", "schedule.epochs=3", "schedule.boundaries_epochs=[]",
+      "train.epochs=2"],
+     "schedule.warmup_epochs=5 (110 steps) is longer than training (66 steps, "
+     "schedule.epochs=3): shorten the warmup or raise schedule.epochs"),
+    (["schedule.epochs=10"],
+     "train.epochs=20 runs past the end of the schedule (schedule.epochs=10): raise "
+     "schedule.epochs to 20 or set schedule.epochs=null to follow train.epochs"),
+    (["schedule.epochs=0"], "schedule.epochs=0: use 1 or more, or null to follow train.epochs"),
+    (["predict_scaling=true", "ranks_per_node=1"],
+     "predict_scaling=true needs 2 or more ranks to measure the allreduce, this run has 1: "
+     "use ranks_per_node=2 (or more nodes)"),
+    (["predict_scaling=true", "train.epochs=1"],
+     "predict_scaling=true validates against the steady step time of the epochs after the "
+     "first, train.epochs=1: use train.epochs=2 or more"),
     (["model=resnet9000"], "model=resnet9000: no such model; available: "),
     (["dataset=imagenet_typo"], "dataset=imagenet_typo: no such dataset; available: "),
     (["model._target_=tntrun.models.nope.build"],

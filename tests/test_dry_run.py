@@ -13,8 +13,8 @@ def test_dry_run_prints_config_plan_and_command(run_tntrun, tmp_path):
     assert "== Config ==" in out and "global_batch_size: 128" in out
     assert "global batch                      128 = 2 x 64 (micro-batch)" in out
     assert "steps per epoch                   11" in out  # 1438 // 128
-    assert "warmup steps                      55 from LR 0.025" in out
-    assert "decay steps                       330, 660, 880 (x0.1)" in out
+    assert "warmup steps                      55 (5 epochs) from LR 0.025" in out
+    assert "decay steps                       330, 660, 880 (epochs 30, 60, 80; x0.1)" in out
     assert "rank 1, host localhost, local rank 1" in out
     assert "TF_USE_LEGACY_KERAS=1" in out
     assert "--gloo -np 2 -H localhost:2" in out and "-m tntrun.worker" in out

@@ -30,6 +30,35 @@ def test_resnet50_imagenet_plans_the_seeds_numbers(compose_cfg):
     assert cfg["optimizer"]["momentum"] == 0.9
 
 
+def test_a_one_epoch_smoke_run_keeps_the_recipes_schedule(compose_cfg):
+    overrides = ("experiment=resnet50_imagenet", "dataset.data_dir=/data", "train.epochs=1",
+                 *SEED_LAYOUT)  # fmt: skip
+    cfg = plain_config(compose_cfg(*overrides), list(overrides))
+    plan = build_plan(cfg, IMAGENET, MachineFacts(cores_per_node=32), Path("/runs/x"))
+    steps = 1_281_167 // 512
+    assert (plan.epochs, plan.schedule_epochs, plan.stops_early) == (1, 90, True)
+    assert plan.total_steps == steps and plan.schedule.total_steps == 90 * steps
+    assert plan.schedule.warmup_steps == 5 * steps and plan.scaled_lr == pytest.approx(0.2)
+
+
+@pytest.mark.slow
+def test_resnet50_dry_run_shows_the_seeds_numbers(tmp_path):
+    # The issue's command on generated records (1024 training images: 2 steps of 512).
+    data = write_tiny_imagenet(tmp_path / "imagenet", train_per_file=512)
+    result = tntrun_cli(tmp_path, "experiment=resnet50_imagenet", f"dataset.data_dir={data}",
+                        "train.epochs=1", "dry_run=true", *SEED_LAYOUT)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "world size                        8 = 2 node(s) x 4 ranks" in out
+    assert "global batch                      512 = 8 x 64 (micro-batch)" in out
+    assert "scaled LR                         0.2 (linear scaling to batch 512)" in out
+    assert "warmup steps                      10 (5 epochs) from LR 0.025" in out
+    assert "decay steps                       60, 120, 160 (epochs 30, 60, 80; x0.1)" in out
+    assert "90 epochs (180 steps); this run stops after epoch 1" in out
+    assert "-np 8 -H a:4,b:4" in out
+    assert "trains the first 1 of the schedule's 90 epochs" in result.stderr
+
+
 def test_transformer_big_wmt14_counts_its_batch_in_tokens(compose_cfg):
     overrides = ("experiment=transformer_big_wmt14", "dataset.data_dir=/data", *SEED_LAYOUT[:3])
     cfg = plain_config(compose_cfg(*overrides), list(overrides))
@@ -40,8 +69,8 @@ def test_transformer_big_wmt14_counts_its_batch_in_tokens(compose_cfg):
     assert (cfg["optimizer"]["beta_2"], cfg["optimizer"]["epsilon"]) == (0.98, 1e-9)
 
 
-def write_tiny_imagenet(root: Path) -> Path:
-    """A Model Garden layout TFRecord set: 2 train files of 16 JPEGs, 1 validation file of 8."""
+def write_tiny_imagenet(root: Path, train_per_file: int = 16) -> Path:
+    """A Model Garden layout TFRecord set: 2 train files of JPEGs, 1 validation file of 8."""
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     import tensorflow as tf
 
@@ -64,8 +93,8 @@ def write_tiny_imagenet(root: Path) -> Path:
                              .SerializeToString())  # fmt: skip
 
     root.mkdir(parents=True, exist_ok=True)
-    write(root / "train-00000-of-00002", 16)
-    write(root / "train-00001-of-00002", 16)
+    write(root / "train-00000-of-00002", train_per_file)
+    write(root / "train-00001-of-00002", train_per_file)
     write(root / "validation-00000-of-00001", 8)
     return root
 
@@ -76,8 +105,6 @@ def test_resnet50_imagenet_recipe_runs_end_to_end_on_tiny_records(tmp_path):
     result = tntrun_cli(
         tmp_path, "experiment=resnet50_imagenet", f"dataset.data_dir={data}",
         "dataset.image_size=32", "global_batch_size=8", "train.epochs=1",
-        # One epoch cannot hold the recipe's 5-epoch warmup and decays at 30/60/80.
-        "schedule.warmup_epochs=0", "schedule.boundaries_epochs=[]",
         "tracking.system_metrics=false",
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-4000:]
@@ -85,6 +112,7 @@ def test_resnet50_imagenet_recipe_runs_end_to_end_on_tiny_records(tmp_path):
         (run_dir_of(result) / "mlflow_run_id").read_text()
     )
     assert run.data.params["plan.world_size"] == "2"
+    assert run.data.params["plan.schedule_epochs"] == "90"  # epoch 1 of the full recipe
     assert run.data.params["model.depth"] == "50"
     assert np.isfinite(run.data.metrics["loss"]) and "val_accuracy" in run.data.metrics
 

@@ -151,6 +151,13 @@ def train(cfg: DictConfig) -> tuple[int, float]:
         plan = make_plan(cfg, overrides, run_dir, resumed.point if resumed else None)
     except PlanError as err:
         return _config_error(err.problems), NAN
+    if plan.stops_early:
+        print(
+            f"tntrun: note: train.epochs={plan.epochs} trains the first {plan.epochs} of the "
+            f"schedule's {plan.schedule_epochs} epochs (schedule.epochs); the LR follows the "
+            "full schedule and the run stops early",
+            file=sys.stderr,
+        )
     if cfg.dry_run:
         return dry_run(cfg, plan, run_dir), NAN
 

@@ -93,7 +93,8 @@ class Plan:
     num_train: int
     num_val: int
     steps_per_epoch: int
-    epochs: int
+    epochs: int  # trained by this run (train.epochs)
+    schedule_epochs: int  # the LR schedule's length (schedule.epochs, else train.epochs)
     total_steps: int
     optimizer_steps: int
     base_lr: float
@@ -132,12 +133,17 @@ class Plan:
     def load(cls, path: Path) -> Plan:
         return cls.from_json(path.read_text())
 
+    @property
+    def stops_early(self) -> bool:
+        """True when this run trains only the first epochs of a longer schedule."""
+        return self.epochs < self.schedule_epochs
+
     def summary_params(self) -> dict[str, Any]:
         """Plan values worth logging as run parameters (prefixed ``plan.``)."""
         keys = (
             "world_size", "nodes", "ranks_per_node", "threads_per_rank", "global_batch_size",
             "micro_batch_size", "val_micro_batch_size", "effective_batch_size",
-            "steps_per_epoch", "total_steps", "optimizer_steps", "scaled_lr",
+            "steps_per_epoch", "schedule_epochs", "total_steps", "optimizer_steps", "scaled_lr",
             "fusion_threshold_bytes",
         )  # fmt: skip
         params = {f"plan.{k}": getattr(self, k) for k in keys}
@@ -195,11 +201,32 @@ def batch_sizes(cfg: Mapping[str, Any], world: int, sequence_length: int) -> tup
     return global_batch, global_batch // world
 
 
+def schedule_length(sched: Mapping[str, Any], train_epochs: int) -> tuple[int, str]:
+    """The schedule's length in epochs and the key that sets it, for messages."""
+    if sched.get("epochs") is None:
+        return train_epochs, f"train.epochs={train_epochs}"
+    epochs = int(sched["epochs"])
+    if epochs < 1:
+        raise PlanError(f"schedule.epochs={epochs}: use 1 or more, or null to follow train.epochs")
+    if train_epochs > epochs:
+        raise PlanError(
+            f"train.epochs={train_epochs} runs past the end of the schedule "
+            f"(schedule.epochs={epochs}): raise schedule.epochs to {train_epochs} "
+            "or set schedule.epochs=null to follow train.epochs"
+        )
+    return epochs, f"schedule.epochs={epochs}"
+
+
 def schedule_params(
     sched: Mapping[str, Any], *, peak_lr: float, world: int, updates_per_epoch: float,
-    optimizer_steps: int, epochs: int,
+    epochs: int, length_key: str,
 ) -> ScheduleParams:  # fmt: skip
-    """Convert the epoch-denominated schedule config into training steps, checking it."""
+    """Convert the epoch-denominated schedule config into training steps, checking it.
+
+    ``epochs`` is the schedule's length (``schedule.epochs``, else ``train.epochs``),
+    named by ``length_key`` in messages.
+    """
+    optimizer_steps = round(updates_per_epoch * epochs)
     name = str(sched.get("name", "constant"))
     warmup_epochs = float(sched.get("warmup_epochs") or 0.0)
     if name == "constant":
@@ -219,7 +246,7 @@ def schedule_params(
         )
         raise PlanError(
             f"schedule.{given} ({warmup} steps) is longer than training ({optimizer_steps} "
-            f"steps, train.epochs={epochs}): shorten the warmup or raise train.epochs"
+            f"steps, {length_key}): shorten the warmup or raise {length_key.split('=')[0]}"
         )
     boundaries_epochs = list(sched.get("boundaries_epochs") or [])
     if name != "warmup_piecewise":
@@ -228,7 +255,7 @@ def schedule_params(
         if epoch >= epochs:
             raise PlanError(
                 f"schedule.boundaries_epochs has {epoch:g}, beyond the last epoch "
-                f"(train.epochs={epochs}): drop it or raise train.epochs above {epoch:g}"
+                f"({length_key}): drop it or raise {length_key.split('=')[0]} above {epoch:g}"
             )
     if sorted(boundaries_epochs) != boundaries_epochs:
         raise PlanError(f"schedule.boundaries_epochs={boundaries_epochs} must be increasing")
@@ -332,6 +359,22 @@ def _launch(
     return command, env
 
 
+def predict_scaling_problems(cfg: Mapping[str, Any], world: int | None, epochs: int) -> list[str]:
+    """What keeps ``predict_scaling=true`` from measuring its inputs in this run."""
+    problems = []
+    if world is not None and world < 2:
+        problems.append(
+            f"predict_scaling=true needs 2 or more ranks to measure the allreduce, this run has "
+            f"{world}: use ranks_per_node=2 (or more nodes)"
+        )
+    if epochs < 2:
+        problems.append(
+            f"predict_scaling=true validates against the steady step time of the epochs after "
+            f"the first, train.epochs={epochs}: use train.epochs=2 or more"
+        )
+    return problems
+
+
 def _collect(problems: list[str], build: Callable[[], Any]) -> Any:
     """Run one planning section, recording its problem instead of stopping."""
     try:
@@ -395,6 +438,8 @@ def build_plan(
     elif launcher == "srun" and not facts.env.get("SLURM_JOB_NODELIST"):
         problems.append("launcher=srun needs a Slurm allocation (salloc/sbatch): no "
                         "SLURM_JOB_NODELIST here; use launcher=horovodrun")  # fmt: skip
+    if cfg.get("predict_scaling"):
+        problems.extend(predict_scaling_problems(cfg, world, epochs))
     threads = cfg.get("threads_per_rank")
     if threads is not None and threads < 1:
         problems.append(f"threads_per_rank={threads}: use 1 or more, or null for cores/ranks")
@@ -422,9 +467,10 @@ def build_plan(
     scaled = scale_learning_rate(base_lr, effective, base_batch, scaling)
     # Schedules count training steps (micro-batch steps), as Keras's optimizer.iterations
     # does, also under gradient accumulation.
+    schedule_epochs, length_key = schedule_length(sched, epochs)
     schedule = schedule_params(
         sched, peak_lr=scaled, world=world, updates_per_epoch=steps,
-        optimizer_steps=steps * epochs, epochs=epochs,
+        epochs=schedule_epochs, length_key=length_key,
     )  # fmt: skip
 
     initial_epoch, initial_step = 0, 0
@@ -457,6 +503,7 @@ def build_plan(
         num_val=data.num_val,
         steps_per_epoch=steps,
         epochs=epochs,
+        schedule_epochs=schedule_epochs,
         total_steps=steps * epochs,
         optimizer_steps=steps * epochs // passes,
         base_lr=base_lr,

@@ -30,16 +30,27 @@ def _rows(plan: Plan) -> list[tuple[str, str]]:
         ("samples (train / val)", f"{plan.num_train} / {plan.num_val}"),
         ("steps per epoch", str(plan.steps_per_epoch)),
         ("epochs / total steps", f"{plan.epochs} / {plan.total_steps}"),
+    ]  # fmt: skip
+    if plan.stops_early:
+        rows.append(("schedule length", f"{plan.schedule_epochs} epochs ({s.total_steps} steps);"
+                     f" this run stops after epoch {plan.epochs}"))  # fmt: skip
+    rows += [
         ("optimizer steps", str(plan.optimizer_steps)),
         ("base LR", f"{plan.base_lr:g} at batch {plan.base_batch_size}"),
         ("scaled LR", f"{plan.scaled_lr:g} ({plan.lr_scaling} scaling to batch "
                       f"{plan.effective_batch_size})"),
         ("schedule", s.name),
     ]  # fmt: skip
+
+    def epochs(step: int) -> str:
+        return f"{step / plan.steps_per_epoch:g}"
+
     if s.warmup_steps:
-        rows.append(("warmup steps", f"{s.warmup_steps} from LR {s.warmup_start_lr:g}"))
+        rows.append(("warmup steps", f"{s.warmup_steps} ({epochs(s.warmup_steps)} epochs) "
+                     f"from LR {s.warmup_start_lr:g}"))  # fmt: skip
     if s.boundaries:
-        rows.append(("decay steps", f"{', '.join(map(str, s.boundaries))} (x{s.decay_rate:g})"))
+        rows.append(("decay steps", f"{', '.join(map(str, s.boundaries))} (epochs "
+                     f"{', '.join(map(epochs, s.boundaries))}; x{s.decay_rate:g})"))  # fmt: skip
     steps = s.key_steps()
     lrs = learning_rate(np.array(steps), s)
     rows.append(
@@ -82,6 +93,15 @@ def plot_schedule(plan: Plan, path: Path) -> Path:
     steps = np.arange(plan.schedule.total_steps)
     fig, ax = plt.subplots(figsize=(7, 3.5), dpi=100)
     ax.plot(steps, learning_rate(steps, plan.schedule), linewidth=1.5)
+    if plan.stops_early:
+        ax.axvline(
+            plan.total_steps,
+            color="tab:red",
+            linestyle="--",
+            linewidth=1,
+            label=f"this run stops (epoch {plan.epochs})",
+        )
+        ax.legend(loc="upper right")
     ax.set_xlabel(f"training step ({plan.steps_per_epoch} per epoch)")
     ax.set_ylabel("learning rate")
     ax.set_title(f"{plan.schedule.name}: peak {plan.scaled_lr:g}, global batch "

@@ -65,6 +65,9 @@ class SgdOptimizer(OptimizerBase):
 class ScheduleConfig:
     name: ScheduleName = ScheduleName.constant
     scaling: LrScaling = LrScaling.linear
+    # The schedule's length in epochs (null: train.epochs). A recipe pins it, so that a
+    # shorter run (train.epochs=1, a smoke test) trains the first epochs of the same schedule.
+    epochs: int | None = None
     warmup_epochs: float = 0.0
     # Explicit warmup in training steps; overrides warmup_epochs (inverse_sqrt's 4000).
     warmup_steps: int | None = None
@@ -182,6 +185,9 @@ class TntrunConfig:
     # horovodrun (ssh/local) or srun (inside a Slurm allocation).
     launcher: str = "horovodrun"
     dry_run: bool = False
+    # After training, profile compute and allreduce on the ranks and predict step time and
+    # scaling efficiency on 1..1024 ranks (ring-allreduce alpha-beta model; BENCHMARKS.md).
+    predict_scaling: bool = False
     output_root: str = "outputs"
 
 
