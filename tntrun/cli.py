@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shlex
 import signal
+import socket
 import sys
 import time
 from contextlib import AbstractContextManager, nullcontext
@@ -22,7 +23,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from tntrun import preflight
-from tntrun.launch import StallWatch, run_ranks
+from tntrun.launch import RankJob, StallWatch
+from tntrun.metrics_stream import METRICS_FILE, MetricsRelay
 from tntrun.plan import Plan, PlanError, ResumePoint, build_plan
 from tntrun.plan_view import plot_schedule, render_plan
 from tntrun.provenance import versions
@@ -165,9 +167,76 @@ def train(cfg: DictConfig) -> tuple[int, float]:
     uri = tracking_uri(cfg.tracking.uri, output_root)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     plan.save(run_dir / "plan.json")
+    print(
+        f"tntrun: {plan.world_size} ranks on {', '.join(f'{h}:{s}' for h, s in plan.hosts)}; "
+        f"global batch {plan.global_batch_size} = {plan.world_size} x {plan.micro_batch_size}; "
+        f"{plan.steps_per_epoch} steps/epoch x {plan.epochs} epochs; lr {plan.scaled_lr:g}",
+        flush=True,
+    )
+    status, stalled, unreachable, job, tracker = "FAILED", None, None, None, None
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    try:
+        with launcher_env(cfg, plan) as extra:
+            try:
+                check_remote_hosts(cfg, plan)  # before any rank starts
+            except PlanError as err:
+                unreachable = err.problems
+            else:
+                # The ranks start now and import TensorFlow while the driver sets up MLflow.
+                env = {**dict(plan.launch_env), **extra,
+                       "TNTRUN_DRIVER_START": repr(DRIVER_START)}  # fmt: skip
+                job = RankJob(plan.launch_command, env, run_dir / "ranks.log",
+                              RankLogWriter(run_dir / LOG_DIR),
+                              StallWatch(run_dir / HEARTBEATS, plan.world_size,
+                                         cfg.train.stall_timeout_s))  # fmt: skip
+            tracker, prefix = open_run(cfg, plan, run_dir, uri, resumed, hydra_cfg, overrides,
+                                       groups)  # fmt: skip
+            if unreachable:
+                tracker.set_tag("failure.preflight", "\n".join(unreachable)[:5000])
+            else:
+                node = socket.gethostname() if plan.nodes > 1 else None
+                with (
+                    tracker.system_metrics(cfg.tracking.system_metrics,
+                                           float(cfg.tracking.system_metrics_interval_s), node),
+                    MetricsRelay(run_dir / METRICS_FILE, tracker.log_metrics),
+                ):  # fmt: skip
+                    result = job.follow()
+                status, stalled = result.status, result.stalled
+    except KeyboardInterrupt:
+        status = "KILLED"
+    finally:
+        try:
+            if job is not None:
+                job.stop()
+            if tracker is not None:
+                plot_schedule(plan, run_dir / "lr_schedule.png")  # after the run
+                record_outputs(tracker, run_dir, status, prefix, stalled)
+        finally:
+            if tracker is not None:
+                tracker.finish(status)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
+    if unreachable:
+        return _config_error(unreachable), NAN
+    if tracker is None:  # stopped before the MLflow run existed: no run left behind
+        return 130, NAN
+    metrics = _report(tracker, status, uri, run_dir)
+    if status != "FINISHED":
+        return 1, NAN
+    return 0, float(metrics.get(cfg.tracking.objective, NAN))
+
+
+def open_run(
+    cfg: DictConfig, plan: Plan, run_dir: Path, uri: str, resumed: ResumedRun | None,
+    hydra_cfg: Any, overrides: list[str], groups: list[str],
+) -> tuple[RunTracker, str | None]:  # fmt: skip
+    """Create the MLflow run (or reopen the resumed one) and log its params.
+
+    Returns the tracker and the artifact prefix (resumed runs keep their first
+    outputs and add the new ones under ``resumed-<run dir name>``).
+    """
     tracker = RunTracker.for_experiment(
-        uri, cfg.tracking.experiment_name, output_root / "mlartifacts"
+        uri, cfg.tracking.experiment_name, Path(cfg.output_root) / "mlartifacts"
     )
     if resumed:
         run_id = tracker.reopen(resumed.mlflow_run_id, resume_tags(resumed, plan, run_dir))
@@ -178,48 +247,12 @@ def train(cfg: DictConfig) -> tuple[int, float]:
         run_id = tracker.start(cfg.tracking.run_name, tags, parent_run_id=sweep_parent())
         prefix = None
     (run_dir / RUN_ID_FILE).write_text(run_id)
-    status, stalled, unreachable = "FAILED", None, None
-    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
-    try:
-        if not resumed:
-            params = dict(flatten(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)))
-            params.update(plan.summary_params())
-            tracker.log_params(params)
-        # Remote hosts are checked once the run exists, so a failed check is on record.
-        check_remote_hosts(cfg, plan)
-        print(
-            f"tntrun: {plan.world_size} ranks on {', '.join(f'{h}:{s}' for h, s in plan.hosts)}; "
-            f"global batch {plan.global_batch_size} = {plan.world_size} x {plan.micro_batch_size}; "
-            f"{plan.steps_per_epoch} steps/epoch x {plan.epochs} epochs; lr {plan.scaled_lr:g}"
-        )
-        print(f"tntrun: MLflow run {run_id} in {uri}")
-        env = {**dict(plan.launch_env), "MLFLOW_RUN_ID": run_id, "MLFLOW_TRACKING_URI": uri,
-               "TNTRUN_DRIVER_START": repr(DRIVER_START)}  # fmt: skip
-        logs = RankLogWriter(run_dir / LOG_DIR)
-        watch = StallWatch(run_dir / HEARTBEATS, plan.world_size, cfg.train.stall_timeout_s)
-        with launcher_env(cfg, plan) as extra:
-            result = run_ranks(plan.launch_command, {**env, **extra}, run_dir / "ranks.log",
-                               logs, watch)  # fmt: skip
-        status, stalled = result.status, result.stalled
-    except PlanError as err:
-        unreachable = err.problems
-        tracker.set_tag("failure.preflight", "\n".join(err.problems)[:5000])
-    except KeyboardInterrupt:
-        status = "KILLED"
-    finally:
-        try:
-            plot_schedule(plan, run_dir / "lr_schedule.png")  # after the run: not on the way to it
-            record_outputs(tracker, run_dir, status, prefix, stalled)
-        finally:
-            tracker.finish(status)
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-    if unreachable:
-        return _config_error(unreachable), NAN
-    metrics = _report(tracker, status, uri, run_dir)
-    if status != "FINISHED":
-        return 1, NAN
-    return 0, float(metrics.get(cfg.tracking.objective, NAN))
+    if not resumed:
+        params = dict(flatten(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)))
+        params.update(plan.summary_params())
+        tracker.log_params(params)
+    print(f"tntrun: MLflow run {run_id} in {uri}", flush=True)
+    return tracker, prefix
 
 
 def resume_tags(resumed: ResumedRun, plan: Plan, run_dir: Path) -> dict[str, str]:

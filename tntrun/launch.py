@@ -65,23 +65,28 @@ class StallWatch:
     timeout: float
 
 
-def run_ranks(
-    command: Sequence[str],
-    env: Mapping[str, str],
-    log_file: Path,
-    rank_logs: RankLogWriter,
-    stall: StallWatch | None = None,
-) -> LaunchResult:
-    """Run ``command``; tee its output to stdout, ``log_file`` and the per-rank logs.
+class RankJob:
+    """The launcher process: started at once, followed later.
 
-    With ``stall``, a watchdog ends the job when the ranks stop making progress.
+    Starting it first lets the ranks import TensorFlow while the driver sets up
+    MLflow; :meth:`follow` then tees its output to stdout, ``log_file`` and the
+    per-rank logs until it ends. With ``stall``, a watchdog ends the job when
+    the ranks stop making progress.
     """
-    full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
-    stalled: list[str] = []
-    with log_file.open("w") as log:
-        process = subprocess.Popen(
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        env: Mapping[str, str],
+        log_file: Path,
+        rank_logs: RankLogWriter,
+        stall: StallWatch | None = None,
+    ) -> None:
+        self.log_file, self.rank_logs = log_file, rank_logs
+        self._stalled: list[str] = []
+        self.process = subprocess.Popen(
             list(command),
-            env=full_env,
+            env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -89,31 +94,42 @@ def run_ranks(
             bufsize=1,
             start_new_session=True,
         )
-        watchdog = None
+        self._watchdog = None
         if stall is not None and stall.timeout > 0:
+            self._watchdog = StallWatchdog(
+                stall.directory, stall.world_size, stall.timeout, self._on_stall
+            )
+            self._watchdog.start()
 
-            def on_stall(message: str) -> None:
-                stalled.append(message)
-                print(f"tntrun: stall watchdog: {message}; stopping the job", flush=True)
-                _stop(process)
+    def _on_stall(self, message: str) -> None:
+        self._stalled.append(message)
+        print(f"tntrun: stall watchdog: {message}; stopping the job", flush=True)
+        _stop(self.process)
 
-            watchdog = StallWatchdog(stall.directory, stall.world_size, stall.timeout, on_stall)
-            watchdog.start()
+    def follow(self) -> LaunchResult:
+        """Relay the job's output until it ends (or Ctrl-C stops it)."""
+        process = self.process
         try:
-            assert process.stdout is not None
-            for line in process.stdout:
-                log.write(line)
-                rank_logs.write(line)
-                if not START_UP_NOISE.search(line):
-                    sys.stdout.write(line)
+            with self.log_file.open("w") as log:
+                assert process.stdout is not None
+                for line in process.stdout:
+                    log.write(line)
+                    self.rank_logs.write(line)
+                    if not START_UP_NOISE.search(line):
+                        sys.stdout.write(line)
             code = process.wait()
-            return LaunchResult(code, interrupted=False, stalled=stalled[0] if stalled else None)
+            stalled = self._stalled[0] if self._stalled else None
+            return LaunchResult(code, interrupted=False, stalled=stalled)
         except KeyboardInterrupt:
             _stop(process)
             return LaunchResult(process.returncode or 130, interrupted=True)
         finally:
-            if watchdog is not None:
-                watchdog.stop()
-            if process.poll() is None:
-                _stop(process)
-            rank_logs.close()
+            self.stop()
+
+    def stop(self) -> None:
+        """Stop the watchdog and whatever still runs of the job (idempotent)."""
+        if self._watchdog is not None:
+            self._watchdog.stop()
+        if self.process.poll() is None:
+            _stop(self.process)
+        self.rank_logs.close()

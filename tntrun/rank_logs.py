@@ -15,6 +15,9 @@ from typing import TextIO
 RANK_LINE = re.compile(r"^(?:\[(\d+)\]<(?:stdout|stderr)>:|\s*(\d+): )(.*)$", re.DOTALL)
 FIRST_FAILED = re.compile(r"first process to do so was:\s*Process name:\s*(\d+)", re.MULTILINE)
 LAUNCHER = "launcher"
+# What the other ranks' collectives raise once one rank failed: a consequence, not the cause.
+HOROVOD_SHUT_DOWN = "Horovod has been shut down"
+RANK_DONE = "done without opening the MLflow store"  # tntrun.worker's last line
 TAIL_LINES = 8
 
 
@@ -55,29 +58,35 @@ class RankFailure:
 
 
 def find_failure(directory: Path) -> RankFailure | None:
-    """The rank that failed first: the one horovodrun names, else the first with a traceback.
+    """The rank that caused a failed job, with its traceback (or last output).
 
-    A rank killed by a signal leaves no traceback; its last output stands in.
+    Ranks fail in a cascade: when one raises or dies, Horovod shuts down and the
+    others' collectives raise "Horovod has been shut down". horovodrun names
+    whichever rank exited first, which may be one of those. So the cause is, in
+    horovodrun's order, then by rank: a rank with a traceback of its own; else a
+    rank that ended with no traceback (killed by a signal), its last output
+    standing in; else the first rank with any traceback.
     """
     launcher = directory / f"{LAUNCHER}.log"
     launcher_text = launcher.read_text() if launcher.exists() else ""
+    logs = {int(log.stem.split(".")[1]): log.read_text(errors="replace")
+            for log in directory.glob("rank.*.log")}  # fmt: skip
     named = FIRST_FAILED.search(launcher_text)
-    if named:
-        rank = int(named.group(1))
-        log = directory / f"rank.{rank}.log"
-        text = log.read_text(errors="replace") if log.exists() else ""
-        if traceback := last_traceback(text):
-            return RankFailure(rank, traceback)
-        exit_code = re.search(r"Exit code:\s*(-?\d+)", launcher_text)
-        tail = "\n".join(text.splitlines()[-50:]) or "(no output)"
-        code = f" (exit code {exit_code.group(1)})" if exit_code else ""
-        return RankFailure(
-            rank, f"rank {rank} ended without a traceback{code}; last output:\n{tail}"
-        )
-    for log in sorted(directory.glob("rank.*.log"), key=lambda p: int(p.stem.split(".")[1])):
-        if traceback := last_traceback(log.read_text(errors="replace")):
-            return RankFailure(int(log.stem.split(".")[1]), traceback)
-    return None
+    first = int(named.group(1)) if named else None
+    order = sorted(logs, key=lambda rank: (rank != first, rank))
+    tracebacks = {rank: last_traceback(logs[rank]) for rank in order}
+    for rank in order:
+        if tracebacks[rank] and HOROVOD_SHUT_DOWN not in tracebacks[rank]:
+            return RankFailure(rank, tracebacks[rank])
+    for rank in order:
+        if tracebacks[rank] is None and RANK_DONE not in logs[rank]:
+            exit_code = re.search(r"Exit code:\s*(-?\d+)", launcher_text)
+            code = f" (exit code {exit_code.group(1)})" if exit_code and rank == first else ""
+            tail = "\n".join(logs[rank].splitlines()[-50:]) or "(no output)"
+            return RankFailure(
+                rank, f"rank {rank} ended without a traceback{code}; last output:\n{tail}"
+            )
+    return next((RankFailure(r, tracebacks[r]) for r in order if tracebacks[r]), None)
 
 
 def last_traceback(text: str) -> str | None:

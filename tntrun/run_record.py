@@ -46,7 +46,9 @@ def record_outputs(
     for name in ("config.yaml", "plan.json", *OUTPUT_ARTIFACTS):
         if (run_dir / name).exists():
             tracker.log_artifact(run_dir / name, prefix)
-    for folder, name in ((".hydra", "hydra"), (LOG_DIR, LOG_DIR), ("translations",) * 2):
+    folders = ((".hydra", "hydra"), (LOG_DIR, LOG_DIR), ("translations",) * 2,
+               ("scaling_prediction",) * 2)  # fmt: skip
+    for folder, name in folders:
         if (run_dir / folder).is_dir():
             tracker.log_artifact(run_dir / folder, path(name))
     checkpoint = latest_checkpoint(run_dir)

@@ -1,21 +1,23 @@
-"""MLflow on the driver: the store, the run, its params and its final status.
+"""MLflow on the driver: the store, the run, its params, metrics and final status.
 
-Only the driver and rank 0 touch MLflow. The driver creates the run before any
-rank starts and always ends it (FINISHED, FAILED or KILLED), so a store never
-keeps a run RUNNING after tntrun exits.
+Only the driver touches MLflow: the ranks start at once, the driver creates the
+run while they import TensorFlow and relays rank 0's metrics into it
+(:mod:`tntrun.metrics_stream`). It always ends the run (FINISHED, FAILED or
+KILLED), so a store never keeps a run RUNNING after tntrun exits.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 MAX_PARAM_VALUE = 6000  # MLflow truncates longer values.
-PARAMS_PER_BATCH = 100  # MLflow's log_batch limit.
+PARAMS_PER_BATCH = 100  # MLflow's log_batch limits.
+METRICS_PER_BATCH = 1000
 
 
 def tracking_uri(configured: str | None, output_root: Path) -> str:
@@ -120,6 +122,30 @@ class RunTracker:
         items = [Param(k, str(v)[:MAX_PARAM_VALUE]) for k, v in params.items()]
         for start in range(0, len(items), PARAMS_PER_BATCH):
             self.client.log_batch(self.run_id, params=items[start : start + PARAMS_PER_BATCH])
+
+    def log_metrics(self, points: Sequence[tuple[str, float, int, int]]) -> None:
+        """Log (key, value, timestamp ms, step) points in as few requests as MLflow allows."""
+        from mlflow.entities import Metric
+
+        metrics = [Metric(key, value, t, step) for key, value, t, step in points]
+        for start in range(0, len(metrics), METRICS_PER_BATCH):
+            self.client.log_batch(self.run_id, metrics=metrics[start : start + METRICS_PER_BATCH])
+
+    @contextmanager
+    def system_metrics(self, enabled: bool, interval_s: float, node_id: str | None):
+        """MLflow's system metrics (psutil) of this node while the job runs."""
+        if not enabled:
+            yield
+            return
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+        monitor = SystemMetricsMonitor(self.run_id, sampling_interval=interval_s,
+                                       node_id=node_id, tracking_uri=self.uri)  # fmt: skip
+        monitor.start()
+        try:
+            yield
+        finally:
+            monitor.finish()
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         if path.is_dir():

@@ -33,6 +33,7 @@ def main(argv: list[str]) -> int:
     from omegaconf import OmegaConf
 
     from tntrun.plan import Plan
+    from tntrun.rank_logs import RANK_DONE
 
     cfg = OmegaConf.load(run_dir / "config.yaml")
     plan = Plan.load(run_dir / "plan.json")
@@ -51,13 +52,12 @@ def main(argv: list[str]) -> int:
 
     final = train(cfg, plan, run_dir)
     rank = runtime.hvd.rank()
+    if "mlflow" in sys.modules:  # its import alone would delay the first step by seconds
+        raise RuntimeError(f"rank {rank} imported mlflow: only the driver opens the store")
     if rank == 0:
         shown = ", ".join(f"{k}={v:.4f}" for k, v in final.items() if k.startswith("val_"))
         print(f"training done on {plan.world_size} ranks: {shown}", flush=True)
-    elif "mlflow" in sys.modules:
-        raise RuntimeError(f"rank {rank} imported mlflow: only rank 0 may open the store")
-    else:
-        print(f"rank {rank}: done without opening the MLflow store", flush=True)
+    print(f"rank {rank}: {RANK_DONE}", flush=True)
     return 0
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from tntrun.engine.data import distribute_eval, distribute_train, shard_size
 from tntrun.engine.lr_schedule import PlannedSchedule
 from tntrun.engine.optimizers import build_optimizer
 from tntrun.engine.tasks import compile_spec
+from tntrun.metrics_stream import MetricsWriter
 from tntrun.plan import Plan
 from tntrun.watchdog import HEARTBEATS
 from tntrun.zoo import build_dataset, build_model, distributes_automatically
@@ -127,11 +127,8 @@ def train(cfg: Any, plan: Plan, run_dir: Path) -> dict[str, float]:
                   **compile_spec(info.task, float(cfg.train.label_smoothing)))  # fmt: skip
     restore_and_broadcast(model, optimizer, plan)
 
-    mlflow_logger = None
-    if rank == 0:  # the only rank that opens the MLflow store
-        from tntrun.engine.mlflow_logger import RankMetricsLogger
-
-        mlflow_logger = RankMetricsLogger()
+    # Rank 0's metrics go to the driver, which logs them to MLflow (no rank imports MLflow).
+    metrics_log = MetricsWriter(run_dir) if rank == 0 else None
     throughput = cb.Throughput(plan.global_batch_size)
     sync_guard = cb.WeightSyncGuard(int(cfg.train.check_sync_every_epochs))
     callbacks: list[keras.callbacks.Callback] = [
@@ -144,44 +141,57 @@ def train(cfg: Any, plan: Plan, run_dir: Path) -> dict[str, float]:
     if cfg.tracking.log_every_steps > 0:
         callbacks.append(cb.StepMetrics(
             int(cfg.tracking.log_every_steps), plan.global_batch_size,
-            mlflow_logger.log if mlflow_logger else None,
+            metrics_log.log if metrics_log else None,
         ))  # fmt: skip
     callbacks += user_callbacks(OmegaConf.to_container(cfg.callbacks, resolve=True), rank == 0)
-    if mlflow_logger is not None:
+    if metrics_log is not None:
         if info.task == "translation" and hasattr(dataset, "val_text"):
             callbacks.append(BleuEvaluation(
                 dataset, run_dir, int(cfg.train.epochs_between_evals),
                 int(cfg.train.bleu_max_sentences), int(cfg.train.bleu_beam_size),
                 info.input_shape[0],
             ))  # fmt: skip
-        callbacks += master_callbacks(cfg, plan, run_dir, mlflow_logger)
+        callbacks += master_callbacks(cfg, plan, run_dir, metrics_log)
     callbacks.append(cb.Heartbeat(run_dir / HEARTBEATS, rank))  # last: see Heartbeat
 
-    with mlflow_logger.system_metrics(cfg.tracking, plan) if mlflow_logger else nullcontext():
-        history = model.fit(
-            train_ds,
-            epochs=plan.epochs,
-            initial_epoch=plan.initial_epoch,
-            steps_per_epoch=plan.steps_per_epoch,
-            callbacks=callbacks,
-            verbose=0,
-        )
+    history = model.fit(
+        train_ds,
+        epochs=plan.epochs,
+        initial_epoch=plan.initial_epoch,
+        steps_per_epoch=plan.steps_per_epoch,
+        callbacks=callbacks,
+        verbose=0,
+    )
     final = {k: float(v[-1]) for k, v in history.history.items()}
-    if mlflow_logger is not None:
+    if metrics_log is not None:
         summary = {**throughput.steady_state(), "weights_rank_spread": sync_guard.final_spread}
-        mlflow_logger.log(summary, step=plan.epochs - 1)
+        metrics_log.log(summary, step=plan.epochs - 1)
         save_final(model, cfg, info, run_dir)
+    if cfg.predict_scaling:  # last: it recompiles the model, whose weights are saved by now
+        predict_scaling(model, cfg, plan, info.task, throughput, run_dir, metrics_log,
+                        input_pipelines(cfg, plan, dataset, info, rank, size)[0])  # fmt: skip
     return final
 
 
+def predict_scaling(model, cfg, plan: Plan, task: str, throughput, run_dir: Path,
+                    metrics_log, batches) -> None:  # fmt: skip
+    """Profile this run on every rank; rank 0 prints, writes and logs the prediction."""
+    from tntrun.engine import scaling_profile
+
+    measured_s = throughput.steady_state()["steady_step_time_ms"] / 1e3
+    profile = scaling_profile.profile_run(model, cfg, plan, task, batches, measured_s)
+    if metrics_log is not None:
+        scaling_profile.report(profile, run_dir, metrics_log.log, plan.epochs - 1)
+
+
 def master_callbacks(
-    cfg: Any, plan: Plan, run_dir: Path, mlflow_logger: Any
+    cfg: Any, plan: Plan, run_dir: Path, metrics_log: Any
 ) -> list[keras.callbacks.Callback]:
     """Logging, progress, checkpoints and TensorBoard: the master rank's callbacks."""
     resolved = OmegaConf.to_container(cfg, resolve=True)
 
     def log_epoch(metrics: dict[str, float], epoch: int) -> None:
-        mlflow_logger.log(metrics, step=epoch)
+        metrics_log.log(metrics, step=epoch)
         print(_progress_line(metrics, epoch, plan.epochs), flush=True)
 
     def describe(epoch: int, step: int) -> CheckpointMeta:

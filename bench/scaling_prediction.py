@@ -1,0 +1,78 @@
+"""Validate the scaling predictor: predicted versus measured 2-rank step time.
+
+    .venv/bin/python bench/scaling_prediction.py [--repeats 5] [--epochs 3]
+
+For each workload, `tntrun ... predict_scaling=true` trains on 2 ranks (Gloo,
+localhost, 1 thread each), then profiles compute and allreduce on the same
+ranks and predicts the step time on 1..1024 ranks. The run logs its measured
+steady step time and the prediction's error for 2 ranks (`prediction_error`).
+Workloads are interleaved `repeats` times; the table shows medians.
+Target: |error| <= 10 %.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+WORKLOADS = {
+    "mlp on digits (default)": (),
+    "cnn on synthetic 32x32": ("model=cnn", "dataset=synthetic_images", "optimizer=sgd"),
+    "resnet18 (small stem) on synthetic 32x32": (
+        "model=resnet18", "model.stem=small", "dataset=synthetic_images", "optimizer=sgd",
+        "dataset.num_train=1024",
+    ),
+}  # fmt: skip
+
+
+def one_run(work: Path, args: tuple[str, ...], epochs: int) -> dict[str, float]:
+    from mlflow.tracking import MlflowClient
+
+    out = subprocess.run(
+        [str(BIN / "tntrun"), *args, "predict_scaling=true", f"train.epochs={epochs}",
+         "tracking.system_metrics=false", "checkpoint.every_epochs=0",
+         "tracking.log_every_steps=0", f"output_root={work}"],
+        cwd=work, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    run_id = next(ln.rsplit(" ", 1)[1] for ln in out.splitlines() if "MLflow run id:" in ln)
+    client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
+    metrics = client.get_run(run_id).data.metrics
+    history = client.get_metric_history(run_id, "predicted_efficiency")
+    efficiency = {m.step: m.value for m in history}
+    return {
+        "measured_ms": metrics["steady_step_time_ms"],
+        "predicted_ms": metrics["steady_step_time_ms"] * (1 + metrics["prediction_error"]),
+        "error": metrics["prediction_error"],
+        "compute_ms": metrics["compute_step_time_ms"],
+        "efficiency_64": efficiency[64],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--epochs", type=int, default=3)
+    args = parser.parse_args()
+    found: dict[str, list[dict[str, float]]] = {name: [] for name in WORKLOADS}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for _ in range(args.repeats):
+            for name, overrides in WORKLOADS.items():
+                found[name].append(one_run(work, overrides, args.epochs))
+    print("| workload | measured 2-rank step ms | predicted ms | error | compute ms "
+          "| predicted efficiency at 64 ranks | n |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
+    for name, rows in found.items():
+        med = {key: statistics.median(r[key] for r in rows) for key in rows[0]}
+        print(f"| {name} | {med['measured_ms']:.2f} | {med['predicted_ms']:.2f} | "
+              f"{med['error']:+.1%} | {med['compute_ms']:.2f} | {med['efficiency_64']:.3f} "
+              f"| {len(rows)} |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

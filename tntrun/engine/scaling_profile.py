@@ -1,0 +1,157 @@
+"""``predict_scaling=true``: measure the inputs of the scaling model on the ranks, then predict.
+
+After training, every rank (at the same time, so ranks sharing a node contend
+as they did while training):
+
+1. times allreduces of single buffers from 4 KiB up to the gradient size and
+   fits the ring's latency and bandwidth (:func:`tntrun.scaling_model.fit_link`);
+2. times the same training step with a local optimizer instead of Horovod's,
+   i.e. the step without communication.
+
+Rank 0 then predicts step time and efficiency on 1 ... 1024 ranks, checks the
+prediction for the profiled world size against the run's measured steady step
+time, prints the table and writes it, a CSV and a plot to
+``<run dir>/scaling_prediction/``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import horovod.tensorflow as hvd
+import numpy as np
+import tensorflow as tf
+import tf_keras as keras
+
+from tntrun import scaling_model
+from tntrun.engine.optimizers import build_optimizer
+from tntrun.engine.tasks import compile_spec
+from tntrun.plan import Plan
+
+OUTPUT_DIR = "scaling_prediction"
+WARMUP_STEPS = 3  # traced and compiled: not timed
+TIMED_STEPS = 20
+PROBE_REPEATS = 7
+SMALLEST_PROBE = 4 << 10
+LARGEST_PROBE = 64 << 20
+
+
+def probe_sizes(gradient_bytes: int, count: int = 6) -> list[int]:
+    """Allreduce sizes from 4 KiB to the gradient size (1 to 64 MiB), log-spaced."""
+    largest = int(np.clip(gradient_bytes, 1 << 20, LARGEST_PROBE))
+    sizes = np.geomspace(SMALLEST_PROBE, largest, count)
+    return sorted({int(s) // 4 * 4 for s in sizes})
+
+
+def mean_across_ranks(values: list[float], name: str) -> list[float]:
+    total = hvd.allreduce(tf.constant(values, tf.float64), op=hvd.Average, name=name)
+    return [float(v) for v in total.numpy()]
+
+
+def allreduce_seconds(sizes: list[int]) -> list[float]:
+    """Median time of one allreduce of a single float32 buffer of each size, rank-averaged."""
+    medians = []
+    for size in sizes:
+        buffer = tf.ones([size // 4], tf.float32)
+
+        @tf.function
+        def reduce(t, _name=f"scaling_probe.{size}"):
+            return hvd.allreduce(t, op=hvd.Average, name=_name)
+
+        reduce(buffer).numpy()  # trace, and line the ranks up
+        times = []
+        for _ in range(PROBE_REPEATS):
+            start = time.perf_counter()
+            reduce(buffer).numpy()
+            times.append(time.perf_counter() - start)
+        medians.append(float(np.median(times)))
+    return mean_across_ranks(medians, "scaling_probe.medians")
+
+
+class _StepClock(keras.callbacks.Callback):
+    """Wall-clock time at the end of every training step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._supports_tf_logs = True
+        self.ends: list[float] = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.ends.append(time.perf_counter())
+
+
+def local_step_seconds(model, cfg: Any, plan: Plan, task: str, batches: tf.data.Dataset) -> float:
+    """Mean step time of the same training step with a local (non-Horovod) optimizer.
+
+    Recompiles ``model``: call only once its trained weights are saved. Returns the
+    slowest rank's mean, since a synchronous step waits for the slowest rank.
+    """
+    model.compile(optimizer=build_optimizer(cfg.optimizer, plan.scaled_lr),
+                  **compile_spec(task, float(cfg.train.label_smoothing)))  # fmt: skip
+    clock = _StepClock()
+    model.fit(batches.take(WARMUP_STEPS + TIMED_STEPS), epochs=1, callbacks=[clock], verbose=0)
+    if len(clock.ends) <= WARMUP_STEPS:
+        raise RuntimeError("predict_scaling: too few training steps to time the computation")
+    timed = clock.ends[WARMUP_STEPS - 1 :]
+    local = (timed[-1] - timed[0]) / (len(timed) - 1)
+    every_rank = hvd.allgather(tf.constant([local], tf.float64), name="scaling_probe.compute")
+    return float(np.max(every_rank.numpy()))
+
+
+def gradient_size(model, compression: str) -> tuple[int, int]:
+    """(bytes allreduced per update, tensors) for the model's trainable variables."""
+    variables = model.trainable_variables
+    bytes_per_value = 2 if compression == "fp16" else 4
+    values = sum(int(np.prod(v.shape)) for v in variables)
+    return values * bytes_per_value, len(variables)
+
+
+def profile_run(
+    model, cfg: Any, plan: Plan, task: str, batches: tf.data.Dataset, measured_step_s: float
+) -> scaling_model.ScalingProfile:
+    """Measure the scaling model's inputs on every rank (collective: all ranks call it)."""
+    gradient_bytes, tensors = gradient_size(model, str(cfg.horovod.compression))
+    sizes = probe_sizes(gradient_bytes)
+    link = scaling_model.fit_link(sizes, allreduce_seconds(sizes), plan.world_size)
+    return scaling_model.ScalingProfile(
+        compute_s=local_step_seconds(model, cfg, plan, task, batches),
+        gradient_bytes=gradient_bytes,
+        gradient_tensors=tensors,
+        fusion_threshold_bytes=plan.fusion_threshold_bytes,
+        backward_passes_per_step=plan.backward_passes_per_step,
+        link=link,
+        micro_batch_size=plan.micro_batch_size,
+        profiled_world_size=plan.world_size,
+        measured_step_s=measured_step_s,
+    )
+
+
+def report(
+    profile: scaling_model.ScalingProfile, run_dir: Path, log: Callable[[dict, int], None],
+    step: int,
+) -> None:  # fmt: skip
+    """Rank 0: print the prediction, write it to the run directory and log it."""
+    rows = scaling_model.predict(profile)
+    out = run_dir / OUTPUT_DIR
+    out.mkdir(exist_ok=True)
+    table = scaling_model.render_table(profile, rows)
+    (out / "prediction.md").write_text(table)
+    (out / "prediction.csv").write_text(scaling_model.render_csv(rows))
+    (out / "profile.json").write_text(json.dumps(asdict(profile), indent=2))
+    scaling_model.plot(profile, rows, out / "prediction.png")
+    print(table, flush=True)
+    log({
+        "prediction_error": scaling_model.validation_error(profile),
+        "compute_step_time_ms": profile.compute_s * 1e3,
+        "allreduce_latency_us": profile.link.latency_s * 1e6,
+        "allreduce_bandwidth_gb_per_s": profile.link.bandwidth_bytes_per_s / 1e9,
+    }, step)  # fmt: skip
+    for row in rows:  # one point per world size: the MLflow UI plots them against "step"
+        log({"predicted_step_time_ms": row.step_s * 1e3,
+             "predicted_samples_per_s": row.samples_per_s,
+             "predicted_efficiency": row.efficiency}, row.world_size)  # fmt: skip
