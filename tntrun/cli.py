@@ -173,7 +173,7 @@ def train(cfg: DictConfig) -> tuple[int, float]:
         f"{plan.steps_per_epoch} steps/epoch x {plan.epochs} epochs; lr {plan.scaled_lr:g}",
         flush=True,
     )
-    status, stalled, unreachable, job, tracker = "FAILED", None, None, None, None
+    status, stalled, unreachable, job, tracker, prefix = "FAILED", None, None, None, None, None
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     try:
         with launcher_env(cfg, plan) as extra:
@@ -189,8 +189,10 @@ def train(cfg: DictConfig) -> tuple[int, float]:
                               RankLogWriter(run_dir / LOG_DIR),
                               StallWatch(run_dir / HEARTBEATS, plan.world_size,
                                          cfg.train.stall_timeout_s))  # fmt: skip
-            tracker, prefix = open_run(cfg, plan, run_dir, uri, resumed, hydra_cfg, overrides,
-                                       groups)  # fmt: skip
+            tracker = RunTracker.for_experiment(  # imports MLflow: seconds
+                uri, cfg.tracking.experiment_name, output_root / "mlartifacts"
+            )
+            prefix = open_run(tracker, cfg, plan, run_dir, resumed, hydra_cfg, overrides, groups)
             if unreachable:
                 tracker.set_tag("failure.preflight", "\n".join(unreachable)[:5000])
             else:
@@ -208,17 +210,17 @@ def train(cfg: DictConfig) -> tuple[int, float]:
         try:
             if job is not None:
                 job.stop()
-            if tracker is not None:
+            if tracker is not None and tracker.run_id:
                 plot_schedule(plan, run_dir / "lr_schedule.png")  # after the run
                 record_outputs(tracker, run_dir, status, prefix, stalled)
         finally:
-            if tracker is not None:
+            if tracker is not None and tracker.run_id:  # never left RUNNING
                 tracker.finish(status)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
     if unreachable:
         return _config_error(unreachable), NAN
-    if tracker is None:  # stopped before the MLflow run existed: no run left behind
+    if tracker is None or not tracker.run_id:  # stopped before the MLflow run existed
         return 130, NAN
     metrics = _report(tracker, status, uri, run_dir)
     if status != "FINISHED":
@@ -227,17 +229,14 @@ def train(cfg: DictConfig) -> tuple[int, float]:
 
 
 def open_run(
-    cfg: DictConfig, plan: Plan, run_dir: Path, uri: str, resumed: ResumedRun | None,
-    hydra_cfg: Any, overrides: list[str], groups: list[str],
-) -> tuple[RunTracker, str | None]:  # fmt: skip
+    tracker: RunTracker, cfg: DictConfig, plan: Plan, run_dir: Path,
+    resumed: ResumedRun | None, hydra_cfg: Any, overrides: list[str], groups: list[str],
+) -> str | None:  # fmt: skip
     """Create the MLflow run (or reopen the resumed one) and log its params.
 
-    Returns the tracker and the artifact prefix (resumed runs keep their first
-    outputs and add the new ones under ``resumed-<run dir name>``).
+    Returns the artifact prefix (resumed runs keep their first outputs and add
+    the new ones under ``resumed-<run dir name>``).
     """
-    tracker = RunTracker.for_experiment(
-        uri, cfg.tracking.experiment_name, Path(cfg.output_root) / "mlartifacts"
-    )
     if resumed:
         run_id = tracker.reopen(resumed.mlflow_run_id, resume_tags(resumed, plan, run_dir))
         prefix = f"resumed-{run_dir.name}"
@@ -251,8 +250,8 @@ def open_run(
         params = dict(flatten(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)))
         params.update(plan.summary_params())
         tracker.log_params(params)
-    print(f"tntrun: MLflow run {run_id} in {uri}", flush=True)
-    return tracker, prefix
+    print(f"tntrun: MLflow run {run_id} in {tracker.uri}", flush=True)
+    return prefix
 
 
 def resume_tags(resumed: ResumedRun, plan: Plan, run_dir: Path) -> dict[str, str]:
