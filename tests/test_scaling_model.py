@@ -90,3 +90,13 @@ def test_validation_and_reports():
     csv = render_csv(rows).splitlines()
     assert csv[0] == "world_size,step_ms,allreduce_ms,samples_per_s,efficiency"
     assert len(csv) == 12 and math.isclose(float(csv[1].split(",")[4]), 1.0)
+
+
+def test_the_per_update_overhead_counts_once_per_update_on_two_or_more_ranks():
+    with_overhead = profile(per_update_overhead_s=0.004)
+    assert with_overhead.allreduce_s(1) == 0.0
+    for world in (2, 64):
+        assert with_overhead.allreduce_s(world) == pytest.approx(
+            profile().allreduce_s(world) + 0.004
+        )
+    assert "per-update overhead c 4.00 ms" in render_table(with_overhead, predict(with_overhead))

@@ -6,7 +6,7 @@ run (``predict_scaling=true``), this module turns it into predictions.
 The model, for a data-parallel step with a fixed micro-batch per rank (weak scaling):
 
     T(N) = T_compute + T_allreduce(N) / backward_passes_per_step
-    T_allreduce(N) = buffers * 2 (N - 1) * alpha + 2 (N - 1) / N * bytes * beta
+    T_allreduce(N) = buffers * 2 (N - 1) * alpha + 2 (N - 1) / N * bytes * beta + c
 
 ``T_compute`` is one rank's step without communication (forward, backward,
 update, Keras' loop), measured while every rank of the profiled run computes
@@ -14,10 +14,13 @@ at once. A ring allreduce on N ranks passes 2 (N - 1) messages per buffer,
 each paying the latency ``alpha``, and moves 2 (N - 1) / N of the gradient
 bytes through every rank at ``beta`` seconds per byte. Horovod fuses the
 gradients into ``ceil(bytes / fusion threshold)`` buffers (one per tensor with
-fusion off). ``alpha`` and ``beta`` are fitted to allreduce times measured on
-the profiled run's ranks. Assumptions: no overlap of computation and
-communication, every rank's compute time as profiled, and links between all
-N ranks as fast as the measured ones.
+fusion off). ``alpha`` and ``beta`` are fitted to allreduce times of single
+buffers measured on the profiled run's ranks; ``c`` is what allreducing the
+model's real gradient set (many tensors: Horovod's per-tensor negotiation and
+fusion-buffer copies) took beyond that, on the profiled world size.
+Assumptions: no overlap of computation and communication, every rank's
+compute time and ``c`` as profiled, and links between all N ranks as fast as
+the measured ones.
 """
 
 from __future__ import annotations
@@ -85,11 +88,19 @@ class ScalingProfile:
     micro_batch_size: int
     profiled_world_size: int
     measured_step_s: float  # the profiled run's steady-state step time
+    per_update_overhead_s: float = 0.0  # c: the gradient set's cost beyond alpha-beta
+    # What was measured: (bytes, seconds) of single-buffer allreduces; the gradient set's time.
+    probes: tuple[tuple[int, float], ...] = ()
+    gradient_allreduce_s: float | None = None
 
     def allreduce_s(self, world: int) -> float:
         """Predicted time of one update's allreduce on ``world`` ranks."""
         if world <= 1:
             return 0.0
+        return self.ring_s(world) + self.per_update_overhead_s
+
+    def ring_s(self, world: int) -> float:
+        """The alpha-beta ring part of one update's allreduce on ``world`` ranks."""
         messages, fraction = ring_factors(world)
         buffers = fusion_buffers(
             self.gradient_bytes, self.gradient_tensors, self.fusion_threshold_bytes
@@ -150,7 +161,7 @@ def render_table(profile: ScalingProfile, rows: Sequence[Prediction]) -> str:
         f"tensors, {buffers} fused buffer(s) per update",
         f"- link (fitted on {profile.profiled_world_size} ranks): alpha "
         f"{link.latency_s * 1e6:.1f} us per message, beta {link.bandwidth_bytes_per_s / 1e9:.3f}"
-        " GB/s",
+        f" GB/s; per-update overhead c {profile.per_update_overhead_s * 1e3:.2f} ms",
         f"- validation: predicted {profile.step_s(profile.profiled_world_size) * 1e3:.2f} ms "
         f"vs measured {profile.measured_step_s * 1e3:.2f} ms per step on "
         f"{profile.profiled_world_size} ranks ({validation_error(profile):+.1%})",

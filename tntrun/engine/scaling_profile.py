@@ -5,7 +5,10 @@ as they did while training):
 
 1. times allreduces of single buffers from 4 KiB up to the gradient size and
    fits the ring's latency and bandwidth (:func:`tntrun.scaling_model.fit_link`);
-2. times the same training step with a local optimizer instead of Horovod's,
+2. times an allreduce of the model's gradient set (its tensors' shapes, as the
+   DistributedOptimizer sends them), whose cost beyond the fitted ring is the
+   per-update overhead;
+3. times the same training step with a local optimizer instead of Horovod's,
    i.e. the step without communication.
 
 Rank 0 then predicts step time and efficiency on 1 ... 1024 ranks, checks the
@@ -16,6 +19,7 @@ time, prints the table and writes it, a CSV and a plot to
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -37,6 +41,8 @@ OUTPUT_DIR = "scaling_prediction"
 WARMUP_STEPS = 3  # traced and compiled: not timed
 TIMED_STEPS = 20
 PROBE_REPEATS = 7
+MAX_PROBE_REPEATS = 50
+PROBE_SECONDS = 0.2
 SMALLEST_PROBE = 4 << 10
 LARGEST_PROBE = 64 << 20
 
@@ -53,24 +59,54 @@ def mean_across_ranks(values: list[float], name: str) -> list[float]:
     return [float(v) for v in total.numpy()]
 
 
+def _median_seconds(reduce: Callable, tensors: list[tf.Tensor], name: str) -> float:
+    """Median wall time of ``reduce(tensors)`` after one call that traces and lines ranks up.
+
+    Repeats for about PROBE_SECONDS (PROBE_REPEATS to MAX_PROBE_REPEATS times); rank 0
+    decides how often and tells the others, since every rank must call as often.
+    """
+
+    def timed() -> float:
+        start = time.perf_counter()
+        reduce(tensors)[-1].numpy()
+        return time.perf_counter() - start
+
+    reduce(tensors)[-1].numpy()
+    times = [timed() for _ in range(PROBE_REPEATS)]
+    wanted = np.clip(PROBE_SECONDS / max(float(np.median(times)), 1e-9), PROBE_REPEATS,
+                     MAX_PROBE_REPEATS)  # fmt: skip
+    agreed = hvd.broadcast(tf.constant(int(wanted)), root_rank=0, name=f"{name}.repeats")
+    times += [timed() for _ in range(int(agreed.numpy()) - PROBE_REPEATS)]
+    return float(np.median(times))
+
+
+def _allreduce_all(prefix: str, compression: Any = hvd.Compression.none) -> Callable:
+    @tf.function
+    def reduce(tensors):
+        return [hvd.allreduce(t, op=hvd.Average, name=f"{prefix}.{i}", compression=compression)
+                for i, t in enumerate(tensors)]  # fmt: skip
+
+    return reduce
+
+
 def allreduce_seconds(sizes: list[int]) -> list[float]:
     """Median time of one allreduce of a single float32 buffer of each size, rank-averaged."""
-    medians = []
-    for size in sizes:
-        buffer = tf.ones([size // 4], tf.float32)
-
-        @tf.function
-        def reduce(t, _name=f"scaling_probe.{size}"):
-            return hvd.allreduce(t, op=hvd.Average, name=_name)
-
-        reduce(buffer).numpy()  # trace, and line the ranks up
-        times = []
-        for _ in range(PROBE_REPEATS):
-            start = time.perf_counter()
-            reduce(buffer).numpy()
-            times.append(time.perf_counter() - start)
-        medians.append(float(np.median(times)))
+    medians = [
+        _median_seconds(
+            _allreduce_all(f"scaling_probe.{size}"), [tf.ones([size // 4])], f"scaling_probe.{size}"
+        )
+        for size in sizes
+    ]
     return mean_across_ranks(medians, "scaling_probe.medians")
+
+
+def gradient_set_seconds(model, compression: str) -> float:
+    """Median time of one allreduce of tensors shaped like the gradients, rank-averaged."""
+    tensors = [tf.ones(v.shape, tf.float32) for v in model.trainable_variables]
+    codec = hvd.Compression.fp16 if compression == "fp16" else hvd.Compression.none
+    name = "scaling_probe.gradients"
+    seconds = _median_seconds(_allreduce_all(name, codec), tensors, name)
+    return mean_across_ranks([seconds], "scaling_probe.gradients.median")[0]
 
 
 class _StepClock(keras.callbacks.Callback):
@@ -115,10 +151,13 @@ def profile_run(
     model, cfg: Any, plan: Plan, task: str, batches: tf.data.Dataset, measured_step_s: float
 ) -> scaling_model.ScalingProfile:
     """Measure the scaling model's inputs on every rank (collective: all ranks call it)."""
-    gradient_bytes, tensors = gradient_size(model, str(cfg.horovod.compression))
+    compression = str(cfg.horovod.compression)
+    gradient_bytes, tensors = gradient_size(model, compression)
     sizes = probe_sizes(gradient_bytes)
-    link = scaling_model.fit_link(sizes, allreduce_seconds(sizes), plan.world_size)
-    return scaling_model.ScalingProfile(
+    seconds = allreduce_seconds(sizes)
+    link = scaling_model.fit_link(sizes, seconds, plan.world_size)
+    gradient_set_s = gradient_set_seconds(model, compression)
+    profile = scaling_model.ScalingProfile(
         compute_s=local_step_seconds(model, cfg, plan, task, batches),
         gradient_bytes=gradient_bytes,
         gradient_tensors=tensors,
@@ -128,7 +167,11 @@ def profile_run(
         micro_batch_size=plan.micro_batch_size,
         profiled_world_size=plan.world_size,
         measured_step_s=measured_step_s,
+        probes=tuple(zip(sizes, seconds, strict=True)),
+        gradient_allreduce_s=gradient_set_s,
     )
+    overhead = max(0.0, gradient_set_s - profile.ring_s(plan.world_size))
+    return dataclasses.replace(profile, per_update_overhead_s=overhead)
 
 
 def report(
