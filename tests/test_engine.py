@@ -116,6 +116,19 @@ def test_master_only_callbacks_and_throughput_metrics(two_ranks):
     assert lrs[0] > lrs[-1], "warmup + cosine decays over training"
 
 
+def test_model_flop_utilisation_is_logged(two_ranks):
+    _, run = mlflow_run(*two_ranks)
+    metrics = run.data.metrics
+    # The digits MLP 64-128-64-10: 2 FLOPs per multiply-add plus bias adds, x3 for training.
+    assert metrics["model_flops_per_sample"] == 3 * (2 * (64 * 128 + 128 * 64 + 64 * 10) + 202)
+    achieved = metrics["model_flops_per_sample"] * 64 / (metrics["steady_step_time_ms"] / 1e3)
+    assert metrics["achieved_flops_per_s"] == pytest.approx(achieved)
+    assert metrics["peak_flops_per_s"] > metrics["achieved_flops_per_s"]
+    assert 0 < metrics["mfu"] < 1
+    assert metrics["mfu"] == pytest.approx(achieved / metrics["peak_flops_per_s"])
+    assert "measured matmul peak" in two_ranks[1].stdout
+
+
 def test_interrupted_and_resumed_run_ends_with_the_same_weights(two_ranks, tmp_path):
     _, uninterrupted = two_ranks
     driver = subprocess.Popen(

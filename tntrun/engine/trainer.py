@@ -18,6 +18,7 @@ from tntrun.engine import callbacks as cb
 from tntrun.engine.bleu_eval import BleuEvaluation
 from tntrun.engine.data import distribute_eval, distribute_train, shard_size
 from tntrun.engine.lr_schedule import PlannedSchedule
+from tntrun.engine.mfu import model_flop_utilisation
 from tntrun.engine.optimizers import build_optimizer
 from tntrun.engine.tasks import compile_spec
 from tntrun.metrics_stream import MetricsWriter
@@ -163,8 +164,11 @@ def train(cfg: Any, plan: Plan, run_dir: Path) -> dict[str, float]:
         verbose=0,
     )
     final = {k: float(v[-1]) for k, v in history.history.items()}
+    # All ranks: they measure the matmul peak together; rank 0 gets the metrics.
+    utilisation = model_flop_utilisation(model, info, plan, throughput.steady_state())
     if metrics_log is not None:
-        summary = {**throughput.steady_state(), "weights_rank_spread": sync_guard.final_spread}
+        summary = {**throughput.steady_state(), "weights_rank_spread": sync_guard.final_spread,
+                   **utilisation}  # fmt: skip
         metrics_log.log(summary, step=plan.epochs - 1)
         save_final(model, cfg, info, run_dir)
     if cfg.predict_scaling:  # last: it recompiles the model, whose weights are saved by now
