@@ -100,3 +100,14 @@ def test_the_per_update_overhead_counts_once_per_update_on_two_or_more_ranks():
             profile().allreduce_s(world) + 0.004
         )
     assert "per-update overhead c 4.00 ms" in render_table(with_overhead, predict(with_overhead))
+
+
+def test_the_slowest_of_n_ranks_sets_the_compute_time():
+    steady = profile(compute_samples_s=(0.1,) * 50)
+    assert steady.compute_at(1024) == pytest.approx(0.1)
+    jittery = profile(compute_s=0.15, compute_samples_s=(0.1, 0.2))
+    assert jittery.compute_at(1) == 0.15  # one rank: the mean
+    assert jittery.compute_at(2) == pytest.approx(0.175, abs=0.01)  # 3 of 4 pairs hold a 0.2
+    assert jittery.compute_at(64) == pytest.approx(0.2)
+    rows = {r.world_size: r for r in predict(jittery, worlds=[1, 2])}
+    assert rows[2].step_s == pytest.approx(jittery.compute_at(2) + jittery.allreduce_s(2))

@@ -5,14 +5,18 @@ run (``predict_scaling=true``), this module turns it into predictions.
 
 The model, for a data-parallel step with a fixed micro-batch per rank (weak scaling):
 
-    T(N) = T_compute + T_allreduce(N) / backward_passes_per_step
+    T(N) = T_compute(N) + T_allreduce(N) / backward_passes_per_step
+    T_compute(N) = E[max of N per-step compute times]
     T_allreduce(N) = buffers * 2 (N - 1) * alpha + 2 (N - 1) / N * bytes * beta + c
 
-``T_compute`` is one rank's step without communication (forward, backward,
-update, Keras' loop), measured while every rank of the profiled run computes
-at once. A ring allreduce on N ranks passes 2 (N - 1) messages per buffer,
-each paying the latency ``alpha``, and moves 2 (N - 1) / N of the gradient
-bytes through every rank at ``beta`` seconds per byte. Horovod fuses the
+A synchronous step waits for its slowest rank, so ``T_compute(N)`` is
+the expected maximum of N rank step times without communication (forward,
+backward, update, Keras' loop), drawn from the per-step times measured on
+every rank of the profiled run while all of them computed at once: the more
+ranks, the likelier one of them has a slow step. A ring allreduce on N
+ranks passes 2 (N - 1) messages per buffer, each paying the latency
+``alpha``, and moves 2 (N - 1) / N of the gradient bytes through every rank
+at ``beta`` seconds per byte. Horovod fuses the
 gradients into ``ceil(bytes / fusion threshold)`` buffers (one per tensor with
 fusion off). ``alpha`` and ``beta`` are fitted to allreduce times of single
 buffers measured on the profiled run's ranks; ``c`` is what allreducing the
@@ -33,6 +37,7 @@ import numpy as np
 
 HOROVOD_DEFAULT_FUSION_BYTES = 128 * 1024 * 1024
 PREDICTED_WORLD_SIZES = tuple(2**k for k in range(11))  # 1, 2, 4, ..., 1024
+STRAGGLER_ROUNDS = 400  # bootstrap rounds for the expected slowest rank
 
 
 @dataclass(frozen=True)
@@ -79,7 +84,7 @@ def fusion_buffers(gradient_bytes: int, tensors: int, threshold_bytes: int | Non
 class ScalingProfile:
     """What a short profiled run measured on its ranks."""
 
-    compute_s: float  # one step without communication (the slowest rank's median)
+    compute_s: float  # mean step time without communication, over ranks and steps
     gradient_bytes: int  # bytes allreduced per update (after compression)
     gradient_tensors: int
     fusion_threshold_bytes: int | None
@@ -92,6 +97,16 @@ class ScalingProfile:
     # What was measured: (bytes, seconds) of single-buffer allreduces; the gradient set's time.
     probes: tuple[tuple[int, float], ...] = ()
     gradient_allreduce_s: float | None = None
+    # Per-step compute times of every rank (seconds); empty: every step takes compute_s.
+    compute_samples_s: tuple[float, ...] = ()
+
+    def compute_at(self, world: int) -> float:
+        """Expected compute time of the slowest of ``world`` ranks (bootstrap, fixed seed)."""
+        if len(self.compute_samples_s) < 2 or world <= 1:
+            return self.compute_s
+        samples = np.asarray(self.compute_samples_s)
+        draws = np.random.default_rng(0).choice(samples, size=(STRAGGLER_ROUNDS, world))
+        return float(draws.max(axis=1).mean())
 
     def allreduce_s(self, world: int) -> float:
         """Predicted time of one update's allreduce on ``world`` ranks."""
@@ -112,7 +127,7 @@ class ScalingProfile:
 
     def step_s(self, world: int) -> float:
         """Predicted training step time on ``world`` ranks."""
-        return self.compute_s + self.allreduce_s(world) / self.backward_passes_per_step
+        return self.compute_at(world) + self.allreduce_s(world) / self.backward_passes_per_step
 
 
 @dataclass(frozen=True)
@@ -155,8 +170,10 @@ def render_table(profile: ScalingProfile, rows: Sequence[Prediction]) -> str:
     lines = [
         "# Scaling prediction (ring allreduce, alpha-beta model)",
         "",
-        f"- compute per step (no communication): {profile.compute_s * 1e3:.2f} ms, "
-        f"micro-batch {profile.micro_batch_size}",
+        f"- compute per step (no communication): mean {profile.compute_s * 1e3:.2f} ms, "
+        f"slowest of {profile.profiled_world_size} ranks "
+        f"{profile.compute_at(profile.profiled_world_size) * 1e3:.2f} ms, micro-batch "
+        f"{profile.micro_batch_size}",
         f"- gradients: {profile.gradient_bytes / 2**20:.2f} MiB in {profile.gradient_tensors} "
         f"tensors, {buffers} fused buffer(s) per update",
         f"- link (fitted on {profile.profiled_world_size} ranks): alpha "

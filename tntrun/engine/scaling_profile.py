@@ -121,11 +121,12 @@ class _StepClock(keras.callbacks.Callback):
         self.ends.append(time.perf_counter())
 
 
-def local_step_seconds(model, cfg: Any, plan: Plan, task: str, batches: tf.data.Dataset) -> float:
-    """Mean step time of the same training step with a local (non-Horovod) optimizer.
+def local_step_seconds(
+    model, cfg: Any, plan: Plan, task: str, batches: tf.data.Dataset
+) -> list[float]:
+    """Every rank's step times of the same training step with a local (non-Horovod) optimizer.
 
-    Recompiles ``model``: call only once its trained weights are saved. Returns the
-    slowest rank's mean, since a synchronous step waits for the slowest rank.
+    Recompiles ``model``: call only once its trained weights are saved.
     """
     model.compile(optimizer=build_optimizer(cfg.optimizer, plan.scaled_lr),
                   **compile_spec(task, float(cfg.train.label_smoothing)))  # fmt: skip
@@ -133,10 +134,9 @@ def local_step_seconds(model, cfg: Any, plan: Plan, task: str, batches: tf.data.
     model.fit(batches.take(WARMUP_STEPS + TIMED_STEPS), epochs=1, callbacks=[clock], verbose=0)
     if len(clock.ends) <= WARMUP_STEPS:
         raise RuntimeError("predict_scaling: too few training steps to time the computation")
-    timed = clock.ends[WARMUP_STEPS - 1 :]
-    local = (timed[-1] - timed[0]) / (len(timed) - 1)
-    every_rank = hvd.allgather(tf.constant([local], tf.float64), name="scaling_probe.compute")
-    return float(np.max(every_rank.numpy()))
+    local = np.diff(clock.ends[WARMUP_STEPS - 1 :])
+    every_rank = hvd.allgather(tf.constant(local, tf.float64), name="scaling_probe.compute")
+    return [float(t) for t in every_rank.numpy()]
 
 
 def gradient_size(model, compression: str) -> tuple[int, int]:
@@ -157,8 +157,10 @@ def profile_run(
     seconds = allreduce_seconds(sizes)
     link = scaling_model.fit_link(sizes, seconds, plan.world_size)
     gradient_set_s = gradient_set_seconds(model, compression)
+    compute = local_step_seconds(model, cfg, plan, task, batches)
     profile = scaling_model.ScalingProfile(
-        compute_s=local_step_seconds(model, cfg, plan, task, batches),
+        compute_s=float(np.mean(compute)),
+        compute_samples_s=tuple(compute),
         gradient_bytes=gradient_bytes,
         gradient_tensors=tensors,
         fusion_threshold_bytes=plan.fusion_threshold_bytes,
