@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from runs import run_metrics
+
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[1]
 ENV_FLAGS = {"TF_CPP_MIN_LOG_LEVEL": "3", "TF_USE_LEGACY_KERAS": "1", "CUDA_VISIBLE_DEVICES": "-1"}
@@ -42,15 +44,7 @@ def handwritten(epochs: int) -> dict[str, float]:
 
 
 def with_tntrun(epochs: int, work: Path) -> dict[str, float]:
-    from mlflow.tracking import MlflowClient
-
-    out = subprocess.run(
-        [str(BIN / "tntrun"), f"train.epochs={epochs}", "tracking.system_metrics=false",
-         "checkpoint.every_epochs=0", "tracking.log_every_steps=0", f"output_root={work}"],
-        cwd=work, capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    run_id = next(ln.rsplit(" ", 1)[1] for ln in out.splitlines() if "MLflow run id:" in ln)
-    metrics = MlflowClient(f"sqlite:///{work / 'mlflow.db'}").get_run(run_id).data.metrics
+    metrics = run_metrics(work, f"train.epochs={epochs}")
     # startup_s: from the driver's start to rank 0's first training step.
     return {"steady_step_time_ms": metrics["steady_step_time_ms"],
             "time_to_first_step_s": metrics["startup_s"]}  # fmt: skip

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-BIN = Path(sys.executable).parent
+from runs import run_tntrun
+
 WORKLOADS = {
     "mlp on digits (default)": (),
     "cnn on synthetic 32x32": ("model=cnn", "dataset=synthetic_images", "optimizer=sgd"),
@@ -31,16 +30,7 @@ WORKLOADS = {
 
 
 def one_run(work: Path, args: tuple[str, ...], epochs: int) -> dict[str, float]:
-    from mlflow.tracking import MlflowClient
-
-    out = subprocess.run(
-        [str(BIN / "tntrun"), *args, "predict_scaling=true", f"train.epochs={epochs}",
-         "tracking.system_metrics=false", "checkpoint.every_epochs=0",
-         "tracking.log_every_steps=0", f"output_root={work}"],
-        cwd=work, capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    run_id = next(ln.rsplit(" ", 1)[1] for ln in out.splitlines() if "MLflow run id:" in ln)
-    client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
+    client, run_id = run_tntrun(work, *args, "predict_scaling=true", f"train.epochs={epochs}")
     metrics = client.get_run(run_id).data.metrics
     history = client.get_metric_history(run_id, "predicted_efficiency")
     efficiency = {m.step: m.value for m in history}

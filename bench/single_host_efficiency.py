@@ -12,29 +12,19 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-BIN = Path(sys.executable).parent
+from runs import run_metrics
+
 LAYOUTS = {"1 rank x 2 threads": ("ranks_per_node=1", "threads_per_rank=2"),
            "2 ranks x 1 thread": ("ranks_per_node=2", "threads_per_rank=1")}  # fmt: skip
 MODELS = {"cnn": ("model=cnn",), "resnet18": ("model=resnet18", "model.stem=small")}
 
 
 def throughput(work: Path, args: tuple[str, ...]) -> float:
-    from mlflow.tracking import MlflowClient
-
-    out = subprocess.run(
-        [str(BIN / "tntrun"), "dataset=synthetic_images", "optimizer=sgd", *args,
-         "tracking.system_metrics=false", "checkpoint.every_epochs=0",
-         "tracking.log_every_steps=0", f"output_root={work}"],
-        cwd=work, capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    run_id = next(ln.rsplit(" ", 1)[1] for ln in out.splitlines() if "MLflow run id:" in ln)
-    store = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
-    return store.get_run(run_id).data.metrics["steady_samples_per_s"]
+    metrics = run_metrics(work, "dataset=synthetic_images", "optimizer=sgd", *args)
+    return metrics["steady_samples_per_s"]
 
 
 def main() -> None:

@@ -1,0 +1,29 @@
+"""Running ``tntrun`` from a benchmark: one quiet run, its MLflow run read back."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+# Per-epoch and background costs a benchmark of steady throughput leaves out.
+QUIET = ("tracking.system_metrics=false", "checkpoint.every_epochs=0", "tracking.log_every_steps=0")
+
+
+def run_tntrun(work: Path, *overrides: str):
+    """Run ``tntrun`` with its outputs and MLflow store in ``work``; (store client, run id)."""
+    from mlflow.tracking import MlflowClient
+
+    out = subprocess.run(
+        [str(BIN / "tntrun"), *overrides, *QUIET, f"output_root={work}"],
+        cwd=work, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    run_id = next(ln.rsplit(" ", 1)[1] for ln in out.splitlines() if "MLflow run id:" in ln)
+    return MlflowClient(f"sqlite:///{work / 'mlflow.db'}"), run_id
+
+
+def run_metrics(work: Path, *overrides: str) -> dict[str, float]:
+    """The final metrics of one ``tntrun`` run."""
+    client, run_id = run_tntrun(work, *overrides)
+    return client.get_run(run_id).data.metrics
