@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+from tntrun.datasets.pixels import normalize_channels
 from tntrun.datasets.splits import stratified_split
 
 from tntrun.plan import DatasetInfo
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+# dataset.cache=null caches when a rank's decoded images take at most this much memory.
+AUTO_CACHE_BYTES = 1 << 30
 
 
 class Normalization(Enum):
@@ -42,6 +45,9 @@ class ImageFolderConfig:
     image_size: int = 224
     channels: int = 3
     normalization: Normalization = Normalization.unit
+    # Decode every image once and keep the float32 result in memory (each rank holds the
+    # whole training set); null: only when that is at most 1 GiB per rank.
+    cache: bool | None = None
     # false: shuffle file names, not decoded images, and shard per rank (load_for_rank).
     distribute: bool = False
 
@@ -96,6 +102,7 @@ class ImageFolderDataset:
         image_size: int = 224,
         channels: int = 3,
         normalization: Normalization | str = Normalization.unit,
+        cache: bool | None = None,
     ) -> None:
         self.data_dir = Path(data_dir).expanduser()
         self.val_dir = Path(val_dir).expanduser() if val_dir else None
@@ -116,6 +123,7 @@ class ImageFolderDataset:
         self.split_seed = split_seed
         self.image_size = image_size
         self.channels = channels
+        self.cache = cache
 
     @property
     def classes(self) -> list[str]:
@@ -164,7 +172,7 @@ class ImageFolderDataset:
             image = tf.image.convert_image_dtype(image, tf.float32)  # [0, 1], 8 or 16 bit
             image = tf.image.resize(image, [size, size], antialias=True)
             if imagenet:
-                image = (image - IMAGENET_MEAN) / IMAGENET_STD
+                image = normalize_channels(image, IMAGENET_MEAN, IMAGENET_STD, (size, size, 3))
             return tf.ensure_shape(image, (size, size, channels)), label
 
         return decode
@@ -177,14 +185,38 @@ class ImageFolderDataset:
             return tf.data.Dataset.from_tensor_slices((train_paths, train_labels))
         return tf.data.Dataset.from_tensor_slices((val_paths, val_labels))
 
+    def caches(self) -> bool:
+        """Whether decoded images are kept in memory: ``cache``, or (null) when they fit
+        in ``AUTO_CACHE_BYTES`` per rank (the whole training set and validation set)."""
+        if self.cache is not None:
+            return bool(self.cache)
+        train_paths, _, val_paths, _, _ = self._splits
+        image_bytes = 4 * self.image_size**2 * self.channels
+        return (len(train_paths) + len(val_paths)) * image_bytes <= AUTO_CACHE_BYTES
+
+    def _decoded(self, files: tf.data.Dataset) -> tuple[tf.Tensor, tf.Tensor]:
+        """All (path, label) pairs of ``files`` decoded now: (images, labels), stacked."""
+        import tensorflow as tf
+
+        count = int(files.cardinality())
+        if count == 0:
+            shape = (0, self.image_size, self.image_size, self.channels)
+            return tf.zeros(shape, tf.float32), tf.zeros((0,), tf.int64)
+        decoded = files.map(self._decoder(), num_parallel_calls=tf.data.AUTOTUNE)
+        return decoded.batch(count).get_single_element()
+
     def load(self) -> tuple[tf.data.Dataset, tf.data.Dataset]:
-        """Unbatched (image, label) datasets.
+        """Unbatched (image, label) datasets, decoded once up front when ``caches()``.
 
         The engine's automatic mode shuffles these with a buffer of the whole
         training set of decoded images: only for sets that fit in memory.
         """
         import tensorflow as tf
 
+        if self.caches():
+            decoded = [self._decoded(self._files(split)) for split in ("train", "val")]
+            train, val = map(tf.data.Dataset.from_tensor_slices, decoded)
+            return train, val
         decode = self._decoder()
         return (
             self._files("train").map(decode, num_parallel_calls=tf.data.AUTOTUNE),
@@ -199,25 +231,33 @@ class ImageFolderDataset:
         Every rank shuffles all training file names with the same seed (a new
         order each pass) and keeps every ``size``-th one, so the ranks' shares
         are disjoint in every epoch while only names sit in the shuffle buffer.
+        When ``caches()``, every rank decodes all training images once and the
+        same shuffle runs over their indices (the same order as over names).
         """
         import tensorflow as tf
 
         autotune = tf.data.AUTOTUNE
-        decode = self._decoder()
         num_train = len(self._splits[0])
-        train = (
-            self._files("train")
-            .shuffle(num_train, seed=seed, reshuffle_each_iteration=True)
-            .shard(size, rank)
-            .map(decode, num_parallel_calls=autotune)
-            .batch(micro_batch, drop_remainder=True)
-            .prefetch(autotune)
-        )
-        val = (
-            self._files("val")
-            .shard(size, rank)
-            .map(decode, num_parallel_calls=autotune)
-            .batch(val_micro_batch)
-            .prefetch(autotune)
-        )
-        return train, val
+
+        def this_ranks(elements: tf.data.Dataset) -> tf.data.Dataset:
+            shuffled = elements.shuffle(num_train, seed=seed, reshuffle_each_iteration=True)
+            return shuffled.shard(size, rank)
+
+        val_files = self._files("val").shard(size, rank)
+        if self.caches():
+            images, labels = self._decoded(self._files("train"))
+            train = (
+                this_ranks(tf.data.Dataset.range(num_train))
+                .batch(micro_batch, drop_remainder=True)
+                .map(lambda index: (tf.gather(images, index), tf.gather(labels, index)))
+            )
+            val = tf.data.Dataset.from_tensor_slices(self._decoded(val_files))
+        else:
+            decode = self._decoder()
+            train = (
+                this_ranks(self._files("train"))
+                .map(decode, num_parallel_calls=autotune)
+                .batch(micro_batch, drop_remainder=True)
+            )
+            val = val_files.map(decode, num_parallel_calls=autotune)
+        return train.prefetch(autotune), val.batch(val_micro_batch).prefetch(autotune)

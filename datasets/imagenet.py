@@ -18,6 +18,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tntrun.datasets.pixels import normalize_channels
+
 from tntrun.plan import DatasetInfo
 
 if TYPE_CHECKING:
@@ -164,8 +166,12 @@ def recorded_split_sizes(directory: Path, shard_counts: dict[str, int]) -> dict[
     return sizes
 
 
-def _normalize(image: Any) -> Any:
-    return (image - MEAN_RGB) / STDDEV_RGB
+def _normalize(image: Any, image_size: int) -> Any:
+    """ImageNet mean/std normalisation of an ``image_size`` x ``image_size`` RGB image."""
+    import tensorflow as tf
+
+    shape = (image_size, image_size, 3)
+    return tf.ensure_shape(normalize_channels(image, MEAN_RGB, STDDEV_RGB, shape), shape)
 
 
 def train_image(jpeg: Any, seed: Any, image_size: int) -> Any:
@@ -191,7 +197,7 @@ def train_image(jpeg: Any, seed: Any, image_size: int) -> Any:
     image = tf.io.decode_and_crop_jpeg(jpeg, window, channels=3)
     image = tf.image.resize(image, [image_size, image_size], antialias=True)
     image = tf.image.stateless_random_flip_left_right(image, flip_seed)
-    return tf.ensure_shape(_normalize(image), (image_size, image_size, 3))
+    return _normalize(image, image_size)
 
 
 def eval_image(jpeg: Any, image_size: int, crop_fraction: float = 0.875) -> Any:
@@ -206,7 +212,7 @@ def eval_image(jpeg: Any, image_size: int, crop_fraction: float = 0.875) -> Any:
     image = tf.image.resize(image, new_hw, antialias=True)
     top, left = tf.unstack((new_hw - image_size) // 2)
     image = image[top : top + image_size, left : left + image_size]
-    return tf.ensure_shape(_normalize(image), (image_size, image_size, 3))
+    return _normalize(image, image_size)
 
 
 class ImagenetDataset:

@@ -31,6 +31,7 @@ from tntrun.datasets.imagenet import (  # noqa: E402
     eval_image,
     train_image,
 )
+from tntrun.datasets.pixels import normalize_channels  # noqa: E402
 from tntrun.datasets.synthetic_images import SyntheticImages  # noqa: E402
 from tntrun.models.cnn import build_cnn  # noqa: E402
 from tntrun.models.resnet import build_resnet  # noqa: E402
@@ -158,8 +159,14 @@ def test_synthetic_images_are_deterministic_and_sharded_by_index():
         train, val = data.load_for_rank(rank=rank, size=2, micro_batch=3, val_micro_batch=2,
                                         seed=0)  # fmt: skip
         assert [tuple(x.shape) for x, _ in train] == [(3, 8, 8, 3)] * 3  # 10 samples, drop 1
+        mine = {(j % 4, labels[j]) for j in range(rank, 20, 2)}  # (pool image, label)
+        for x, y in train.unbatch():
+            image = next(k for k in range(4) if (pool[k] == x.numpy()).all())
+            assert (image, int(y)) in mine, "a training sample of this rank's shard"
         seen += [int(y) for _, batch in val for y in batch]
         assert [int(y) for _, batch in val for y in batch] == list(labels[20 + rank :: 2])
+        val_images = np.concatenate([x.numpy() for x, _ in val])
+        np.testing.assert_array_equal(val_images, pool[np.arange(20 + rank, 27, 2) % 4])
     assert sorted(seen) == sorted(labels[20:])
 
 
@@ -237,6 +244,30 @@ def test_image_folder_ranks_share_files_disjointly(image_root):
     assert not shares[0][1] & shares[1][1], "... in every epoch"
     val0, val1 = shares[0][2], shares[1][2]
     assert not set(val0) & set(val1) and len(val0) + len(val1) == 6
+
+
+def test_image_folder_cache_yields_what_decoding_every_pass_yields(image_root):
+    def everything(cache: bool) -> list[tuple[np.ndarray, np.ndarray]]:
+        data = ImageFolderDataset(str(image_root / "train"), image_size=SIZE,
+                                  validation_fraction=0.4, cache=cache)  # fmt: skip
+        assert data.caches() is cache
+        streams = [data.load_for_rank(rank=rank, size=2, micro_batch=2, val_micro_batch=4,
+                                      seed=5) for rank in (0, 1)]  # fmt: skip
+        passes = [batches_of(train) for train, _ in streams for _ in range(3)]  # reshuffled
+        passes += [batches_of(val) for _, val in streams]
+        return passes + [batches_of(split.batch(32)) for split in data.load()]
+
+    for (x, y), (x_plain, y_plain) in zip(everything(True), everything(False), strict=True):
+        np.testing.assert_array_equal(x, x_plain)
+        np.testing.assert_array_equal(y, y_plain)
+
+    # null: cached when the decoded images fit in memory (AUTO_CACHE_BYTES per rank).
+    assert ImageFolderDataset(str(image_root / "train"), image_size=SIZE).caches()
+    assert not ImageFolderDataset(str(image_root / "train"), image_size=8192).caches()
+    eight = ImageFolderDataset(str(image_root / "train"), val_dir=str(image_root / "val"),
+                               image_size=SIZE, cache=True)  # fmt: skip
+    _, val = eight.load_for_rank(rank=5, size=8, micro_batch=2, val_micro_batch=2, seed=0)
+    assert list(val) == [], "4 validation images: ranks 4-7 get none"
 
 
 def test_image_folder_with_val_dir_and_imagenet_normalisation(image_root):
@@ -409,6 +440,12 @@ def test_eval_preprocessing_resizes_the_shorter_side_and_crops_the_centre():
     assert out.shape == (SIZE, SIZE, 3)
     white = (np.array([255.0] * 3) - MEAN_RGB) / STDDEV_RGB
     np.testing.assert_allclose(out, np.broadcast_to(white, out.shape), atol=0.05)
+
+
+def test_tiled_normalisation_gives_the_values_of_broadcasting():
+    image = tf.random.stateless_uniform((5, 6, 3), seed=[1, 2], maxval=255.0)
+    np.testing.assert_array_equal(normalize_channels(image, MEAN_RGB, STDDEV_RGB, (5, 6, 3)),
+                                  (image - MEAN_RGB) / STDDEV_RGB)  # fmt: skip
 
 
 def test_train_crops_are_random_but_reproducible():

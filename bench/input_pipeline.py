@@ -1,0 +1,188 @@
+"""Input pipeline: real datasets versus `synthetic_images` of the same shape.
+
+    .venv/bin/python bench/input_pipeline.py [--repeats 5] [--datasets digits,image_folder,imagenet]
+
+For each dataset, `tntrun` (2 ranks, the default layout) trains the same
+model with the same global batch twice: on the real data and on
+`dataset=synthetic_images` with the same input shape, classes and sample
+counts, so only where samples come from differs. Image sets are generated
+once into a temporary folder (deterministic). Steady-state throughput (the
+run's `steady_samples_per_s`: epochs after the first); real and synthetic
+runs interleaved (alternating which goes first); ratio = median(real) /
+median(synthetic). Target: >= 0.97.
+
+The machine is shared: each run first waits (at most 10 s) for other
+processes to go quiet, can be repeated (`--retries`) when they took more than
+0.25 cores meanwhile, and the table shows the median load they added (cores).
+A second table shows each training stream's CPU cost alone
+(`bench/pipeline_cost.py`: rank 0's stream, no model, 1 TensorFlow thread).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine_load import run, wait_for_quiet  # noqa: E402
+from pipeline_data import write_image_folder, write_imagenet_records  # noqa: E402
+
+BIN = Path(sys.executable).parent
+COMMON = ("global_batch_size=64", "tracking.system_metrics=false", "checkpoint.every_epochs=0",
+          "tracking.log_every_steps=0")  # fmt: skip
+IMAGE_SIZE, CLASSES = 64, 10
+MAX_FOREIGN = 0.25  # cores other processes may take without a run counting as disturbed
+
+
+@dataclass(frozen=True)
+class Case:
+    """One dataset: its overrides, the model, epochs and the matching synthetic set."""
+
+    real: tuple[str, ...]
+    model: tuple[str, ...]
+    epochs: int
+    shape: tuple[int, int]  # synthetic image_size, channels
+    counts: tuple[int, int]  # training and validation samples
+
+    def synthetic(self) -> tuple[str, ...]:
+        (size, channels), (train, val) = self.shape, self.counts
+        return ("dataset=synthetic_images", f"dataset.image_size={size}",
+                f"dataset.channels={channels}", f"dataset.num_classes={CLASSES}",
+                f"dataset.num_train={train}", f"dataset.num_val={val}")  # fmt: skip
+
+
+def cases(data: Path, names: list[str]) -> dict[str, Case]:
+    """The benchmark's datasets, generating the image sets the chosen ones need."""
+    from tntrun.datasets.digits import DigitsDataset
+    from tntrun.datasets.image_folder import ImageFolderDataset
+    from tntrun.datasets.imagenet import ImagenetDataset
+
+    found: dict[str, Case] = {}
+    for name in names:
+        if name == "digits":
+            info = DigitsDataset().info()
+            # The MLP flattens its input, so 8x8x1 synthetic images equal digits' 64 features.
+            found[name] = Case(("dataset=digits",), ("model=mlp",), 30, (8, 1),
+                               (info.num_train, info.num_val))  # fmt: skip
+        elif name == "image_folder":
+            folder = write_image_folder(data / "folder", CLASSES, per_class=300)
+            info = ImageFolderDataset(str(folder), image_size=IMAGE_SIZE).info()
+            found[name] = Case(("dataset=image_folder", f"dataset.data_dir={folder}",
+                                f"dataset.image_size={IMAGE_SIZE}"), ("model=cnn",), 3,
+                               (IMAGE_SIZE, 3), (info.num_train, info.num_val))  # fmt: skip
+        elif name == "imagenet":
+            records = write_imagenet_records(data / "imagenet", CLASSES, (8, 300), (2, 100))
+            info = ImagenetDataset(str(records), image_size=IMAGE_SIZE).info()
+            found[name] = Case(("dataset=imagenet", f"dataset.data_dir={records}",
+                                f"dataset.image_size={IMAGE_SIZE}",
+                                f"dataset.num_classes={CLASSES}"), ("model=cnn",), 3,
+                               (IMAGE_SIZE, 3), (info.num_train, info.num_val))  # fmt: skip
+        else:
+            raise SystemExit(f"unknown dataset {name!r}: use digits, image_folder, imagenet")
+    return found
+
+
+def throughput(work: Path, args: tuple[str, ...], retries: int) -> tuple[float, float]:
+    """(steady-state global samples/s, cores other processes took) of one `tntrun` run.
+
+    Repeated up to ``retries`` times while others took more than ``MAX_FOREIGN`` cores.
+    """
+    from mlflow.tracking import MlflowClient
+
+    for attempt in range(retries + 1):
+        wait_for_quiet(MAX_FOREIGN, patience_s=10.0)
+        done = run([str(BIN / "tntrun"), *COMMON, *args, f"output_root={work}"], cwd=work)
+        if done.foreign_cores <= MAX_FOREIGN or attempt == retries:
+            break
+    lines = done.stdout.splitlines()
+    run_id = next(ln.rsplit(" ", 1)[1] for ln in lines if "MLflow run id:" in ln)
+    metrics = MlflowClient(f"sqlite:///{work / 'mlflow.db'}").get_run(run_id).data.metrics
+    return metrics["steady_samples_per_s"], done.foreign_cores
+
+
+def stream_cost(args: tuple[str, ...]) -> dict[str, float]:
+    """Rank 0's input stream alone: CPU us per training sample, seconds to the first batch."""
+    wait_for_quiet(MAX_FOREIGN, patience_s=10.0)
+    script = Path(__file__).resolve().parent / "pipeline_cost.py"
+    out = run([sys.executable, str(script), "global_batch_size=64", *args]).stdout
+    return json.loads(out.splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--datasets", default="digits,image_folder,imagenet")
+    parser.add_argument(
+        "--epochs-scale",
+        type=float,
+        default=1.0,
+        help="multiply every dataset's epoch count (at least 2)",
+    )
+    parser.add_argument(
+        "--retries",
+        type=int,
+        default=0,
+        help="repeat a run disturbed by other processes (at most this often)",
+    )
+    parser.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="DATASET:KEY=VALUE",
+        help="an extra override for one dataset's real runs",
+    )
+    args = parser.parse_args()
+    log = sys.stderr
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)  # one MLflow store for all runs, as in everyday use
+        started = time.perf_counter()
+        chosen = cases(work / "data", args.datasets.split(","))
+        print(f"generated data in {time.perf_counter() - started:.0f} s", file=log)
+        extra = [item.split(":", 1) for item in args.override]
+        variants = {
+            name: {"real": (*case.real, *(o for d, o in extra if d == name)),
+                   "synthetic": case.synthetic()}
+            for name, case in chosen.items()
+        }  # fmt: skip
+        cost = {name: {v: stream_cost(o) for v, o in pair.items()}
+                for name, pair in variants.items()}  # fmt: skip
+        found: dict[str, dict[str, list[tuple[float, float]]]] = {
+            name: {"real": [], "synthetic": []} for name in chosen
+        }
+        for i in range(args.repeats):
+            for name, case in chosen.items():
+                epochs = max(2, round(case.epochs * args.epochs_scale))
+                common = (*case.model, f"train.epochs={epochs}",
+                          f"train.epochs_between_evals={epochs}")  # fmt: skip
+                for variant in sorted(variants[name], reverse=bool(i % 2)):
+                    speed, foreign = throughput(work, (*common, *variants[name][variant]),
+                                                args.retries)  # fmt: skip
+                    found[name][variant].append((speed, foreign))
+                    print(f"{name} {variant} #{i}: {speed:.0f} samples/s, others {foreign:.2f} "
+                          f"cores ({time.perf_counter() - started:.0f} s)", file=log)  # fmt: skip
+    print("| dataset | model | real samples/s | synthetic samples/s | ratio | n "
+          "| others' load, cores |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
+    for name, runs in found.items():
+        real, synthetic = (statistics.median(s for s, _ in runs[v]) for v in ("real", "synthetic"))
+        others = statistics.median(f for v in runs.values() for _, f in v)
+        model = chosen[name].model[0].split("=")[1]
+        print(f"| {name} | {model} | {real:.0f} | {synthetic:.0f} | {real / synthetic:.3f} "
+              f"| {args.repeats} | {others:.2f} |")  # fmt: skip
+    print("\n| dataset | stream CPU us/sample: real | synthetic "
+          "| s to first batch: real | synthetic |")  # fmt: skip
+    print("|---|---|---|---|---|")
+    for name, pair in cost.items():
+        real, synthetic = pair["real"], pair["synthetic"]
+        print(f"| {name} | {real['cpu_us_per_sample']:.0f} | {synthetic['cpu_us_per_sample']:.0f} "
+              f"| {real['build_s']:.2f} | {synthetic['build_s']:.2f} |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
