@@ -1,6 +1,7 @@
 """Input pipeline: real datasets versus `synthetic_images` of the same shape.
 
     .venv/bin/python bench/input_pipeline.py [--repeats 5] [--datasets digits,image_folder,imagenet]
+        [--image-model "model=resnet18 model.stem=small"]
 
 For each dataset, `tntrun` (2 ranks, the default layout) trains the same
 model with the same global batch twice: on the real data and on
@@ -59,8 +60,9 @@ class Case:
                 f"dataset.num_train={train}", f"dataset.num_val={val}")  # fmt: skip
 
 
-def cases(data: Path, names: list[str]) -> dict[str, Case]:
-    """The benchmark's datasets, generating the image sets the chosen ones need."""
+def cases(data: Path, names: list[str], image_model: tuple[str, ...]) -> dict[str, Case]:
+    """The benchmark's datasets, generating the image sets the chosen ones need; the
+    image datasets train ``image_model``."""
     from tntrun.datasets.digits import DigitsDataset
     from tntrun.datasets.image_folder import ImageFolderDataset
     from tntrun.datasets.imagenet import ImagenetDataset
@@ -76,14 +78,14 @@ def cases(data: Path, names: list[str]) -> dict[str, Case]:
             folder = write_image_folder(data / "folder", CLASSES, per_class=300)
             info = ImageFolderDataset(str(folder), image_size=IMAGE_SIZE).info()
             found[name] = Case(("dataset=image_folder", f"dataset.data_dir={folder}",
-                                f"dataset.image_size={IMAGE_SIZE}"), ("model=cnn",), 4,
+                                f"dataset.image_size={IMAGE_SIZE}"), image_model, 4,
                                (IMAGE_SIZE, 3), (info.num_train, info.num_val))  # fmt: skip
         elif name == "imagenet":
             records = write_imagenet_records(data / "imagenet", CLASSES, (8, 300), (2, 100))
             info = ImagenetDataset(str(records), image_size=IMAGE_SIZE).info()
             found[name] = Case(("dataset=imagenet", f"dataset.data_dir={records}",
                                 f"dataset.image_size={IMAGE_SIZE}",
-                                f"dataset.num_classes={CLASSES}"), ("model=cnn",), 4,
+                                f"dataset.num_classes={CLASSES}"), image_model, 4,
                                (IMAGE_SIZE, 3), (info.num_train, info.num_val))  # fmt: skip
         else:
             raise SystemExit(f"unknown dataset {name!r}: use digits, image_folder, imagenet")
@@ -132,6 +134,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--datasets", default="digits,image_folder,imagenet")
     parser.add_argument(
+        "--image-model",
+        default="model=cnn",
+        help="the image datasets' model, as overrides separated by spaces",
+    )
+    parser.add_argument(
         "--epochs-scale",
         type=float,
         default=1.0,
@@ -155,7 +162,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)  # one MLflow store for all runs, as in everyday use
         started = time.perf_counter()
-        chosen = cases(work / "data", args.datasets.split(","))
+        chosen = cases(work / "data", args.datasets.split(","), tuple(args.image_model.split()))
         print(f"generated data in {time.perf_counter() - started:.0f} s", file=log)
         extra = [item.split(":", 1) for item in args.override]
         variants = {

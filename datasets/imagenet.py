@@ -166,18 +166,22 @@ def recorded_split_sizes(directory: Path, shard_counts: dict[str, int]) -> dict[
     return sizes
 
 
-def _normalize(image: Any, image_size: int) -> Any:
-    """ImageNet mean/std normalisation of an ``image_size`` x ``image_size`` RGB image."""
+def _normalize(image: Any, image_size: int, batch: int | None = None) -> Any:
+    """ImageNet mean/std normalisation of an ``image_size`` x ``image_size`` RGB image
+    (or of a batch of ``batch`` of them)."""
     import tensorflow as tf
 
-    shape = (image_size, image_size, 3)
+    shape = (image_size, image_size, 3) if batch is None else (batch, image_size, image_size, 3)
     return tf.ensure_shape(normalize_channels(image, MEAN_RGB, STDDEV_RGB, shape), shape)
 
 
-def train_image(jpeg: Any, seed: Any, image_size: int) -> Any:
-    """Random-resized crop (area 8-100 %, aspect 3/4-4/3) and random horizontal flip.
+def train_crop(jpeg: Any, seed: Any, image_size: int) -> Any:
+    """Random-resized crop (area 8-100 %, aspect 3/4-4/3) and random horizontal flip, in
+    0-255 pixel values (not yet normalised: that is done a batch at a time).
 
-    Only the crop is decoded. ``seed`` is a stateless seed of shape [2]; when
+    Only the crop is decoded and it is resized bilinearly without antialiasing,
+    as in TF Model Garden's ResNet recipe (antialiasing costs about a third of
+    the pipeline's CPU here). ``seed`` is a stateless seed of shape [2]; when
     no crop fits in 10 attempts the whole image is used.
     """
     import tensorflow as tf
@@ -195,9 +199,13 @@ def train_image(jpeg: Any, seed: Any, image_size: int) -> Any:
     )
     window = tf.stack([begin[0], begin[1], crop[0], crop[1]])
     image = tf.io.decode_and_crop_jpeg(jpeg, window, channels=3)
-    image = tf.image.resize(image, [image_size, image_size], antialias=True)
-    image = tf.image.stateless_random_flip_left_right(image, flip_seed)
-    return _normalize(image, image_size)
+    image = tf.image.resize(image, [image_size, image_size])
+    return tf.image.stateless_random_flip_left_right(image, flip_seed)
+
+
+def train_image(jpeg: Any, seed: Any, image_size: int) -> Any:
+    """One normalised training image: :func:`train_crop`, then the ImageNet mean/std."""
+    return _normalize(train_crop(jpeg, seed, image_size), image_size)
 
 
 def eval_image(jpeg: Any, image_size: int, crop_fraction: float = 0.875) -> Any:
@@ -209,7 +217,7 @@ def eval_image(jpeg: Any, image_size: int, crop_fraction: float = 0.875) -> Any:
     hw = tf.cast(tf.shape(image)[:2], tf.float32)
     scale = shorter / tf.reduce_min(hw)
     new_hw = tf.maximum(tf.cast(tf.round(hw * scale), tf.int32), shorter)
-    image = tf.image.resize(image, new_hw, antialias=True)
+    image = tf.image.resize(image, new_hw)  # bilinear, no antialiasing: as in training
     top, left = tf.unstack((new_hw - image_size) // 2)
     image = image[top : top + image_size, left : left + image_size]
     return _normalize(image, image_size)
@@ -294,15 +302,21 @@ class ImagenetDataset:
 
         return parse
 
-    def _train_samples(self, records: tf.data.Dataset, seed: int) -> tf.data.Dataset:
-        """Augmented (image, label) samples; crops and flips come from seeded stateless ops."""
+    def _train_samples(
+        self, records: tf.data.Dataset, seed: int, normalize: bool = True
+    ) -> tf.data.Dataset:
+        """Augmented (image, label) samples; crops and flips come from seeded stateless ops.
+
+        ``normalize=False`` leaves pixel values 0-255 for a batched normalisation.
+        """
         import tensorflow as tf
 
         parse, size = self._parser(), self.image_size
+        augment = train_image if normalize else train_crop
 
         def preprocess(record, sample_seed):
             jpeg, label = parse(record)
-            return train_image(jpeg, sample_seed, size), label
+            return augment(jpeg, sample_seed, size), label
 
         seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2)
         pairs = tf.data.Dataset.zip(records, seeds)
@@ -346,9 +360,11 @@ class ImagenetDataset:
             _rank_records(found.train, rank, size, shuffle_seed=seed + rank)
             .shuffle(self.shuffle_buffer, seed=seed + rank, reshuffle_each_iteration=True)
         )  # fmt: skip
+        side = self.image_size
         train = (
-            self._train_samples(records, seed=seed * 1_000_003 + rank)
+            self._train_samples(records, seed=seed * 1_000_003 + rank, normalize=False)
             .batch(micro_batch, drop_remainder=True)
+            .map(lambda images, labels: (_normalize(images, side, micro_batch), labels))
             .prefetch(autotune)
         )
         val_records = _rank_records(found.val, rank, size, shuffle_seed=None)

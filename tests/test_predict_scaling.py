@@ -36,6 +36,7 @@ def test_a_profiled_run_predicts_1_to_1024_ranks(run_tntrun, tmp_path):
     assert profile["gradient_bytes"] == 4 * (64 * 128 + 128 + 128 * 64 + 64 + 64 * 10 + 10)
     assert profile["compute_s"] > 0 and profile["link"]["latency_s"] >= 0
     assert len(profile["probes"]) >= 2 and profile["gradient_allreduce_s"] > 0
+    assert profile["distributed_step_s"] > 0  # the interaction term's calibration
     assert (out / "prediction.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     client = MlflowClient(store_uri(tmp_path))
@@ -43,6 +44,8 @@ def test_a_profiled_run_predicts_1_to_1024_ranks(run_tntrun, tmp_path):
     metrics = client.get_run(run_id).data.metrics
     predicted_2 = metrics["steady_step_time_ms"] * (1 + metrics["prediction_error"])
     assert predicted_2 == pytest.approx(float(rows[1]["step_ms"]), rel=1e-3)
+    assert metrics["profiled_step_time_ms"] == pytest.approx(profile["distributed_step_s"] * 1e3)
+    assert metrics["interaction_ms"] == pytest.approx(profile["interaction_s"] * 1e3)
     history = client.get_metric_history(run_id, "predicted_efficiency")
     assert sorted(m.step for m in history) == [2**k for k in range(11)]
     artifacts = {a.path for a in client.list_artifacts(run_id, "scaling_prediction")}

@@ -111,3 +111,16 @@ def test_the_slowest_of_n_ranks_sets_the_compute_time():
     assert jittery.compute_at(64) == pytest.approx(0.2)
     rows = {r.world_size: r for r in predict(jittery, worlds=[1, 2])}
     assert rows[2].step_s == pytest.approx(jittery.compute_at(2) + jittery.allreduce_s(2))
+
+
+def test_a_timed_distributed_step_calibrates_the_interaction_term():
+    apart = profile().separate_step_s(2)
+    slower = profile().calibrated(apart + 0.012)  # 12 ms lost to compute/communication contention
+    assert slower.interaction_s == pytest.approx(0.012)
+    assert slower.step_s(2) == pytest.approx(apart + 0.012)  # reproduces the timed step
+    assert slower.step_s(1) == pytest.approx(0.100)  # one rank: no communication, no interaction
+    assert slower.step_s(64) == pytest.approx(profile().step_s(64) + 0.012)
+    assert "interaction i +12.00 ms" in render_table(slower, predict(slower))
+    overlapped = profile().calibrated(0.05)  # faster than the computation alone: clamped
+    assert overlapped.interaction_s < 0 and overlapped.step_s(2) == pytest.approx(0.100)
+    assert "interaction" not in render_table(profile(), predict(profile()))

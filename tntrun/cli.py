@@ -12,8 +12,8 @@ import shlex
 import signal
 import socket
 import sys
-import time
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from tntrun import preflight
+from tntrun.clock import process_start_time
 from tntrun.launch import RankJob, StallWatch
 from tntrun.metrics_stream import METRICS_FILE, MetricsRelay
 from tntrun.plan import Plan, PlanError, ResumePoint, build_plan
@@ -36,11 +37,12 @@ from tntrun.schema import register
 from tntrun.slurm import allocation_layout
 from tntrun.sweep import sweep_parent
 from tntrun.tracking import RunTracker, flatten, tracking_uri
+from tntrun.tracking_session import TrackingSession
 from tntrun.ui import server_command
 from tntrun.watchdog import HEARTBEATS
 from tntrun.zoo import build_dataset, distributes_automatically
 
-DRIVER_START = time.time()  # ranks report their first step relative to it
+DRIVER_START = process_start_time()  # ranks report their first step relative to it
 EXIT_CONFIG_ERROR = 2
 NAN = float("nan")
 register()
@@ -173,7 +175,18 @@ def train(cfg: DictConfig) -> tuple[int, float]:
         f"{plan.steps_per_epoch} steps/epoch x {plan.epochs} epochs; lr {plan.scaled_lr:g}",
         flush=True,
     )
-    status, stalled, unreachable, job, tracker, prefix = "FAILED", None, None, None, None, None
+    status, stalled, unreachable = "FAILED", None, None
+    job: RankJob | None = None
+    session: TrackingSession | None = None
+    tracker: RunTracker | None = None
+    prefix: str | None = None
+
+    def start_run() -> tuple[RunTracker, str | None]:
+        found = RunTracker.for_experiment(  # imports MLflow: seconds
+            uri, cfg.tracking.experiment_name, output_root / "mlartifacts"
+        )
+        return found, open_run(found, cfg, plan, run_dir, resumed, hydra_cfg, overrides, groups)
+
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     try:
         with launcher_env(cfg, plan) as extra:
@@ -181,32 +194,30 @@ def train(cfg: DictConfig) -> tuple[int, float]:
                 check_remote_hosts(cfg, plan)  # before any rank starts
             except PlanError as err:
                 unreachable = err.problems
+                tracker, prefix = start_run()
+                tracker.set_tag("failure.preflight", "\n".join(unreachable)[:5000])
             else:
-                # The ranks start now and import TensorFlow while the driver sets up MLflow.
+                # The ranks start now and import TensorFlow; the driver sets up MLflow
+                # meanwhile, in a lower-priority thread that leaves them the CPU.
                 env = {**dict(plan.launch_env), **extra,
                        "TNTRUN_DRIVER_START": repr(DRIVER_START)}  # fmt: skip
                 job = RankJob(plan.launch_command, env, run_dir / "ranks.log",
                               RankLogWriter(run_dir / LOG_DIR),
                               StallWatch(run_dir / HEARTBEATS, plan.world_size,
                                          cfg.train.stall_timeout_s))  # fmt: skip
-            tracker = RunTracker.for_experiment(  # imports MLflow: seconds
-                uri, cfg.tracking.experiment_name, output_root / "mlartifacts"
-            )
-            prefix = open_run(tracker, cfg, plan, run_dir, resumed, hydra_cfg, overrides, groups)
-            if unreachable:
-                tracker.set_tag("failure.preflight", "\n".join(unreachable)[:5000])
-            else:
-                node = socket.gethostname() if plan.nodes > 1 else None
-                with (
-                    tracker.system_metrics(cfg.tracking.system_metrics,
-                                           float(cfg.tracking.system_metrics_interval_s), node),
-                    MetricsRelay(run_dir / METRICS_FILE, tracker.log_metrics),
-                ):  # fmt: skip
+                session = TrackingSession(
+                    start_run, lambda found: relaying(found, cfg, plan, run_dir), job.terminate
+                )
+                try:
                     result = job.follow()
+                finally:
+                    session.close()  # re-raises a failure to create the run
                 status, stalled = result.status, result.stalled
     except KeyboardInterrupt:
         status = "KILLED"
     finally:
+        if session is not None and not session.abandoned:
+            tracker, prefix = session.tracker, session.prefix
         try:
             if job is not None:
                 job.stop()
@@ -252,6 +263,18 @@ def open_run(
         tracker.log_params(params)
     print(f"tntrun: MLflow run {run_id} in {tracker.uri}", flush=True)
     return prefix
+
+
+@contextmanager
+def relaying(tracker: RunTracker, cfg: DictConfig, plan: Plan, run_dir: Path) -> Iterator[None]:
+    """While the ranks run: rank 0's metrics and this node's system metrics into the run."""
+    node = socket.gethostname() if plan.nodes > 1 else None
+    with (
+        tracker.system_metrics(cfg.tracking.system_metrics,
+                               float(cfg.tracking.system_metrics_interval_s), node),
+        MetricsRelay(run_dir / METRICS_FILE, tracker.log_metrics),
+    ):  # fmt: skip
+        yield
 
 
 def resume_tags(resumed: ResumedRun, plan: Plan, run_dir: Path) -> dict[str, str]:

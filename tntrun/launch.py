@@ -126,6 +126,10 @@ class RankJob:
         finally:
             self.stop()
 
+    def terminate(self) -> None:
+        """Stop the ranks from another thread; :meth:`follow` then returns."""
+        _stop(self.process)
+
     def stop(self) -> None:
         """Stop the watchdog and whatever still runs of the job (idempotent)."""
         if self._watchdog is not None:

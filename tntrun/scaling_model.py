@@ -5,7 +5,7 @@ run (``predict_scaling=true``), this module turns it into predictions.
 
 The model, for a data-parallel step with a fixed micro-batch per rank (weak scaling):
 
-    T(N) = T_compute(N) + T_allreduce(N) / backward_passes_per_step
+    T(N) = T_compute(N) + T_allreduce(N) / backward_passes_per_step + i   (N > 1)
     T_compute(N) = E[max of N per-step compute times]
     T_allreduce(N) = buffers * 2 (N - 1) * alpha + 2 (N - 1) / N * bytes * beta + c
 
@@ -21,17 +21,20 @@ gradients into ``ceil(bytes / fusion threshold)`` buffers (one per tensor with
 fusion off). ``alpha`` and ``beta`` are fitted to allreduce times of single
 buffers measured on the profiled run's ranks; ``c`` is what allreducing the
 model's real gradient set (many tensors: Horovod's per-tensor negotiation and
-fusion-buffer copies) took beyond that, on the profiled world size.
-Assumptions: no overlap of computation and communication, every rank's
-compute time and ``c`` as profiled, and links between all N ranks as fast as
-the measured ones.
+fusion-buffer copies) took beyond that, on the profiled world size. ``i`` is
+what a real distributed step, timed in the profile, took beyond compute plus
+allreduce measured apart: the interaction of the two inside one step
+(Horovod's and Gloo's threads competing with the rank's computation, gradients
+reduced in several cycles as the backward pass produces them; negative when
+they overlap). Assumptions: every rank's compute time, ``c`` and ``i`` as
+profiled, and links between all N ranks as fast as the measured ones.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -99,6 +102,9 @@ class ScalingProfile:
     gradient_allreduce_s: float | None = None
     # Per-step compute times of every rank (seconds); empty: every step takes compute_s.
     compute_samples_s: tuple[float, ...] = ()
+    # i: a distributed step timed in the profile, beyond compute + allreduce (seconds).
+    interaction_s: float = 0.0
+    distributed_step_s: float | None = None  # that timed step, mean over steps and ranks
 
     def compute_at(self, world: int) -> float:
         """Expected compute time of the slowest of ``world`` ranks (bootstrap, fixed seed)."""
@@ -125,9 +131,20 @@ class ScalingProfile:
             + fraction * self.gradient_bytes * self.link.seconds_per_byte
         )
 
+    def separate_step_s(self, world: int) -> float:
+        """Compute plus allreduce, as measured apart (the model without ``i``)."""
+        return self.compute_at(world) + self.allreduce_s(world) / self.backward_passes_per_step
+
     def step_s(self, world: int) -> float:
         """Predicted training step time on ``world`` ranks."""
-        return self.compute_at(world) + self.allreduce_s(world) / self.backward_passes_per_step
+        if world <= 1:
+            return self.compute_at(world)
+        return max(self.compute_at(world), self.separate_step_s(world) + self.interaction_s)
+
+    def calibrated(self, distributed_step_s: float) -> ScalingProfile:
+        """This profile with ``i`` set from a distributed step timed on the profiled ranks."""
+        interaction = distributed_step_s - self.separate_step_s(self.profiled_world_size)
+        return replace(self, interaction_s=interaction, distributed_step_s=distributed_step_s)
 
 
 @dataclass(frozen=True)
@@ -179,6 +196,7 @@ def render_table(profile: ScalingProfile, rows: Sequence[Prediction]) -> str:
         f"- link (fitted on {profile.profiled_world_size} ranks): alpha "
         f"{link.latency_s * 1e6:.1f} us per message, beta {link.bandwidth_bytes_per_s / 1e9:.3f}"
         f" GB/s; per-update overhead c {profile.per_update_overhead_s * 1e3:.2f} ms",
+        *_interaction_line(profile),
         f"- validation: predicted {profile.step_s(profile.profiled_world_size) * 1e3:.2f} ms "
         f"vs measured {profile.measured_step_s * 1e3:.2f} ms per step on "
         f"{profile.profiled_world_size} ranks ({validation_error(profile):+.1%})",
@@ -192,6 +210,17 @@ def render_table(profile: ScalingProfile, rows: Sequence[Prediction]) -> str:
             f"{row.samples_per_s:,.0f} | {row.efficiency:.3f} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _interaction_line(profile: ScalingProfile) -> list[str]:
+    if profile.distributed_step_s is None:
+        return []
+    apart = profile.separate_step_s(profile.profiled_world_size)
+    return [
+        f"- interaction i {profile.interaction_s * 1e3:+.2f} ms: a distributed step timed in the "
+        f"profile took {profile.distributed_step_s * 1e3:.2f} ms, compute + allreduce measured "
+        f"apart {apart * 1e3:.2f} ms"
+    ]
 
 
 def render_csv(rows: Sequence[Prediction]) -> str:

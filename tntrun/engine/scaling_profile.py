@@ -8,8 +8,11 @@ as they did while training):
 2. times an allreduce of the model's gradient set (its tensors' shapes, as the
    DistributedOptimizer sends them), whose cost beyond the fitted ring is the
    per-update overhead;
-3. times the same training step with a local optimizer instead of Horovod's,
-   i.e. the step without communication.
+3. times the real distributed training step (compute and allreduce in one
+   step, as in training) and then the same step with a local optimizer
+   instead of Horovod's, i.e. without communication; the difference between
+   the distributed step and compute plus allreduce measured apart is the
+   model's interaction term.
 
 Rank 0 then predicts step time and efficiency on 1 ... 1024 ranks, checks the
 prediction for the profiled world size against the run's measured steady step
@@ -121,6 +124,25 @@ class _StepClock(keras.callbacks.Callback):
         self.ends.append(time.perf_counter())
 
 
+def _step_seconds(model, batches: tf.data.Dataset) -> np.ndarray:
+    """This rank's training step times after the warm-up steps."""
+    clock = _StepClock()
+    model.fit(batches.take(WARMUP_STEPS + TIMED_STEPS), epochs=1, callbacks=[clock], verbose=0)
+    if len(clock.ends) <= WARMUP_STEPS:
+        raise RuntimeError("predict_scaling: too few training steps to time")
+    return np.diff(clock.ends[WARMUP_STEPS - 1 :])
+
+
+def distributed_step_seconds(model, batches: tf.data.Dataset) -> float:
+    """Mean time of the real (Horovod) training step, rank-averaged.
+
+    The mean, not the median: with ``backward_passes_per_step`` > 1 only some steps
+    allreduce. Trains the compiled model on: call once its weights are saved.
+    """
+    return mean_across_ranks([float(np.mean(_step_seconds(model, batches)))],
+                             "scaling_probe.distributed")[0]  # fmt: skip
+
+
 def local_step_seconds(
     model, cfg: Any, plan: Plan, task: str, batches: tf.data.Dataset
 ) -> list[float]:
@@ -130,11 +152,7 @@ def local_step_seconds(
     """
     model.compile(optimizer=build_optimizer(cfg.optimizer, plan.scaled_lr),
                   **compile_spec(task, float(cfg.train.label_smoothing)))  # fmt: skip
-    clock = _StepClock()
-    model.fit(batches.take(WARMUP_STEPS + TIMED_STEPS), epochs=1, callbacks=[clock], verbose=0)
-    if len(clock.ends) <= WARMUP_STEPS:
-        raise RuntimeError("predict_scaling: too few training steps to time the computation")
-    local = np.diff(clock.ends[WARMUP_STEPS - 1 :])
+    local = _step_seconds(model, batches)
     every_rank = hvd.allgather(tf.constant(local, tf.float64), name="scaling_probe.compute")
     return [float(t) for t in every_rank.numpy()]
 
@@ -157,6 +175,7 @@ def profile_run(
     seconds = allreduce_seconds(sizes)
     link = scaling_model.fit_link(sizes, seconds, plan.world_size)
     gradient_set_s = gradient_set_seconds(model, compression)
+    distributed_s = distributed_step_seconds(model, batches)
     compute = local_step_seconds(model, cfg, plan, task, batches)
     profile = scaling_model.ScalingProfile(
         compute_s=float(np.mean(compute)),
@@ -173,7 +192,7 @@ def profile_run(
         gradient_allreduce_s=gradient_set_s,
     )
     overhead = max(0.0, gradient_set_s - profile.ring_s(plan.world_size))
-    return dataclasses.replace(profile, per_update_overhead_s=overhead)
+    return dataclasses.replace(profile, per_update_overhead_s=overhead).calibrated(distributed_s)
 
 
 def report(
@@ -195,6 +214,8 @@ def report(
         "compute_step_time_ms": profile.compute_s * 1e3,
         "allreduce_latency_us": profile.link.latency_s * 1e6,
         "allreduce_bandwidth_gb_per_s": profile.link.bandwidth_bytes_per_s / 1e9,
+        "interaction_ms": profile.interaction_s * 1e3,
+        "profiled_step_time_ms": (profile.distributed_step_s or 0.0) * 1e3,
     }, step)  # fmt: skip
     for row in rows:  # one point per world size: the MLflow UI plots them against "step"
         log({"predicted_step_time_ms": row.step_s * 1e3,
