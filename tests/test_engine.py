@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -192,3 +193,14 @@ def test_resume_by_run_id_with_an_allowed_layout_change(two_ranks, tmp_path):
     )
     history = client.get_metric_history(run.info.run_id, "val_accuracy")
     assert sorted({m.step for m in history}) == [0, 1, 2, 3, 4]
+
+
+def test_the_rank_side_engine_imports_neither_keras_3_nor_mlflow():
+    """Both cost seconds per rank before the first step (Keras 3 comes with
+    ``horovod.tensorflow.keras``; tntrun builds Horovod's optimizer on tf_keras directly)."""
+    code = (
+        "import sys, tntrun.worker, tntrun.engine.trainer, tntrun.engine.runtime;"
+        "bad = [m for m in ('keras', 'mlflow', 'sklearn') if m in sys.modules];"
+        "sys.exit(f'rank imported {bad}' if bad else 0)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, env=clean_env())

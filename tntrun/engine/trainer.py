@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import horovod.tensorflow as hvd
-import horovod.tensorflow.keras as hvd_keras
 import numpy as np
 import tensorflow as tf
 import tf_keras as keras
@@ -17,6 +16,7 @@ from tntrun.checkpoints import STATE_PREFIX, CheckpointMeta, config_hash
 from tntrun.engine import callbacks as cb
 from tntrun.engine.bleu_eval import BleuEvaluation
 from tntrun.engine.data import distribute_eval, distribute_train, shard_size
+from tntrun.engine.distributed_optimizer import distributed_optimizer
 from tntrun.engine.lr_schedule import PlannedSchedule
 from tntrun.engine.mfu import model_flop_utilisation
 from tntrun.engine.optimizers import build_optimizer
@@ -118,7 +118,7 @@ def train(cfg: Any, plan: Plan, run_dir: Path) -> dict[str, float]:
     train_ds, val_ds, val_samples = input_pipelines(cfg, plan, dataset, info, rank, size)
 
     model = build_model(cfg.model, info)
-    optimizer = hvd_keras.DistributedOptimizer(
+    optimizer = distributed_optimizer(
         build_optimizer(cfg.optimizer, PlannedSchedule(plan.schedule)),
         compression=COMPRESSION[str(cfg.horovod.compression)],
         backward_passes_per_step=plan.backward_passes_per_step,
