@@ -9,7 +9,7 @@ as they did while training):
    DistributedOptimizer sends them), whose cost beyond the fitted ring is the
    per-update overhead;
 3. times the real distributed training step (compute and allreduce in one
-   step, as in training) and then the same step with a local optimizer
+   step, as in training; median over updates) and then the same step with a local optimizer
    instead of Horovod's, i.e. without communication; the difference between
    the distributed step and compute plus allreduce measured apart is the
    model's interaction term.
@@ -42,7 +42,8 @@ from tntrun.plan import Plan
 
 OUTPUT_DIR = "scaling_prediction"
 WARMUP_STEPS = 3  # traced and compiled: not timed
-TIMED_STEPS = 20
+TIMED_STEPS = (20, 400)  # fewest and most timed steps: as many as fill TIMED_SECONDS
+TIMED_SECONDS = 1.5
 PROBE_REPEATS = 7
 MAX_PROBE_REPEATS = 50
 PROBE_SECONDS = 0.2
@@ -113,38 +114,58 @@ def gradient_set_seconds(model, compression: str) -> float:
 
 
 class _StepClock(keras.callbacks.Callback):
-    """Wall-clock time at the end of every training step."""
+    """Each training step's duration, from its batch-begin to its batch-end hook: what the
+    run's ``steady_step_time_ms`` measures, so profile and validation agree."""
 
     def __init__(self) -> None:
         super().__init__()
         self._supports_tf_logs = True
-        self.ends: list[float] = []
+        self.durations: list[float] = []
+        self._began = 0.0
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._began = time.perf_counter()
 
     def on_train_batch_end(self, batch, logs=None):
-        self.ends.append(time.perf_counter())
+        self.durations.append(time.perf_counter() - self._began)
 
 
-def _step_seconds(model, batches: tf.data.Dataset) -> np.ndarray:
-    """This rank's training step times after the warm-up steps."""
+def timed_steps(measured_step_s: float) -> int:
+    """How many steps to time: about TIMED_SECONDS of rank 0's training steps, within
+    TIMED_STEPS; every rank uses rank 0's count, since each must run as many steps."""
+    step_s = measured_step_s if np.isfinite(measured_step_s) and measured_step_s > 0 else 1.0
+    wanted = np.clip(TIMED_SECONDS / step_s, *TIMED_STEPS)
+    return int(hvd.broadcast(tf.constant(int(wanted)), root_rank=0, name="scaling_probe.steps"))
+
+
+def _step_seconds(model, batches: tf.data.Dataset, steps: int) -> np.ndarray:
+    """This rank's training step times after the warm-up steps (the stream is repeated
+    when it holds fewer batches)."""
     clock = _StepClock()
-    model.fit(batches.take(WARMUP_STEPS + TIMED_STEPS), epochs=1, callbacks=[clock], verbose=0)
-    if len(clock.ends) <= WARMUP_STEPS:
+    model.fit(batches.repeat().take(WARMUP_STEPS + steps), epochs=1, callbacks=[clock],
+              verbose=0)  # fmt: skip
+    if len(clock.durations) <= WARMUP_STEPS:
         raise RuntimeError("predict_scaling: too few training steps to time")
-    return np.diff(clock.ends[WARMUP_STEPS - 1 :])
+    return np.asarray(clock.durations[WARMUP_STEPS:])
 
 
-def distributed_step_seconds(model, batches: tf.data.Dataset) -> float:
-    """Mean time of the real (Horovod) training step, rank-averaged.
+def distributed_step_seconds(
+    model, batches: tf.data.Dataset, steps: int, passes_per_update: int
+) -> float:
+    """Median time per step of the real (Horovod) training step, rank-averaged.
 
-    The mean, not the median: with ``backward_passes_per_step`` > 1 only some steps
-    allreduce. Trains the compiled model on: call once its weights are saved.
+    The median is taken over whole updates (``passes_per_update`` steps, of which only
+    the last allreduces). Trains the compiled model on: call once its weights are saved.
     """
-    return mean_across_ranks([float(np.mean(_step_seconds(model, batches)))],
-                             "scaling_probe.distributed")[0]  # fmt: skip
+    times = _step_seconds(model, batches, steps)
+    updates = times[: len(times) // passes_per_update * passes_per_update]
+    per_update = updates.reshape(-1, passes_per_update).sum(axis=1) if len(updates) else times
+    median = float(np.median(per_update)) / passes_per_update
+    return mean_across_ranks([median], "scaling_probe.distributed")[0]
 
 
 def local_step_seconds(
-    model, cfg: Any, plan: Plan, task: str, batches: tf.data.Dataset
+    model, cfg: Any, plan: Plan, task: str, batches: tf.data.Dataset, steps: int
 ) -> list[float]:
     """Every rank's step times of the same training step with a local (non-Horovod) optimizer.
 
@@ -152,7 +173,7 @@ def local_step_seconds(
     """
     model.compile(optimizer=build_optimizer(cfg.optimizer, plan.scaled_lr),
                   **compile_spec(task, float(cfg.train.label_smoothing)))  # fmt: skip
-    local = _step_seconds(model, batches)
+    local = _step_seconds(model, batches, steps)
     every_rank = hvd.allgather(tf.constant(local, tf.float64), name="scaling_probe.compute")
     return [float(t) for t in every_rank.numpy()]
 
@@ -175,8 +196,9 @@ def profile_run(
     seconds = allreduce_seconds(sizes)
     link = scaling_model.fit_link(sizes, seconds, plan.world_size)
     gradient_set_s = gradient_set_seconds(model, compression)
-    distributed_s = distributed_step_seconds(model, batches)
-    compute = local_step_seconds(model, cfg, plan, task, batches)
+    steps = timed_steps(measured_step_s)
+    distributed_s = distributed_step_seconds(model, batches, steps, plan.backward_passes_per_step)
+    compute = local_step_seconds(model, cfg, plan, task, batches, steps)
     profile = scaling_model.ScalingProfile(
         compute_s=float(np.mean(compute)),
         compute_samples_s=tuple(compute),
