@@ -4,7 +4,8 @@
 
 Same model (MLP 128-64), data (digits split), global batch 64 and optimizer as
 tntrun's default experiment. Rank 0 prints one JSON line with the steady-state
-step time (epochs after the first) and the wall-clock time of the first step.
+step time (epochs after the first: wall time per step, and the median step
+from batch begin to end) and the wall-clock time of the first step.
 """
 
 import argparse
@@ -64,11 +65,16 @@ class Timer(keras.callbacks.Callback):
     def __init__(self):
         super().__init__()
         self._supports_tf_logs = True
-        self.first_step_at, self.epochs = None, []
+        self.first_step_at, self.epochs, self.steps = None, [], []
 
     def on_train_batch_begin(self, batch, logs=None):
         if self.first_step_at is None:
             self.first_step_at = time.time()
+        self.step_began = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.epochs:  # steady state: after the first epoch
+            self.steps.append(time.perf_counter() - self.step_began)
 
     def on_epoch_begin(self, epoch, logs=None):
         self.t = time.perf_counter()
@@ -86,6 +92,7 @@ if hvd.rank() == 0:
         json.dumps(
             {
                 "steady_step_time_ms": 1000 * sum(steady) / (len(steady) * steps),
+                "step_p50_ms": 1000 * sorted(timer.steps)[len(timer.steps) // 2],
                 "first_step_at": timer.first_step_at,
             }
         ),

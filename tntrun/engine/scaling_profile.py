@@ -9,10 +9,10 @@ as they did while training):
    DistributedOptimizer sends them), whose cost beyond the fitted ring is the
    per-update overhead;
 3. times the real distributed training step (compute and allreduce in one
-   step, as in training; median over updates) and then the same step with a local optimizer
-   instead of Horovod's, i.e. without communication; the difference between
-   the distributed step and compute plus allreduce measured apart is the
-   model's interaction term.
+   step, as in training; median over updates), then the same step with a
+   local optimizer instead of Horovod's, i.e. without communication; what the
+   distributed step takes beyond compute plus allreduce measured apart is
+   the model's interaction term.
 
 Rank 0 then predicts step time and efficiency on 1 ... 1024 ranks, checks the
 prediction for the profiled world size against the run's measured steady step
@@ -114,8 +114,8 @@ def gradient_set_seconds(model, compression: str) -> float:
 
 
 class _StepClock(keras.callbacks.Callback):
-    """Each training step's duration, from its batch-begin to its batch-end hook: what the
-    run's ``steady_step_time_ms`` measures, so profile and validation agree."""
+    """Each training step's duration from its batch-begin to its batch-end hook: the step
+    itself (input, forward, backward, update), without Keras' work between steps."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -133,8 +133,8 @@ def train(cfg: Any, plan: Plan, run_dir: Path) -> dict[str, float]:
     throughput = cb.Throughput(plan.global_batch_size)
     sync_guard = cb.WeightSyncGuard(int(cfg.train.check_sync_every_epochs))
     callbacks: list[keras.callbacks.Callback] = [
+        throughput,  # first: its epoch time leaves out the others' per-epoch work
         sync_guard,
-        throughput,
         cb.LearningRateLogger(),
         cb.AverageTrainMetrics(plan.steps_per_epoch * plan.micro_batch_size),
         cb.ShardedValidation(val_ds, val_samples, int(cfg.train.epochs_between_evals)),
