@@ -2,9 +2,10 @@
 
 Creating the run costs seconds of CPU (importing MLflow, opening the store)
 at the very moment the ranks import TensorFlow on the same cores. Done in a
-thread with a raised ``nice`` value, it takes only the CPU the ranks leave
-idle, so they reach their first step as soon as they would without tntrun;
-the run appears in MLflow a little later. Once the run exists, the same thread
+thread with a raised ``nice`` value, it takes mostly the CPU the ranks leave
+idle, so they reach their first step about as soon as they would without
+tntrun; the run appears in MLflow a little later (here: still before the
+first epoch ends). Once the run exists, the same thread
 relays rank 0's metrics and samples system metrics until :meth:`close`.
 """
 
