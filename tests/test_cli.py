@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import yaml
 
 
@@ -32,3 +34,21 @@ def test_typo_names_the_key(run_tntrun):
     result = run_tntrun("global_batch_sise=32")
     assert result.returncode != 0
     assert "global_batch_sise" in result.stderr
+
+
+def test_an_unusable_tracking_store_is_refused_before_any_rank_starts(run_tntrun, tmp_path):
+    blocked = tmp_path / "not_a_folder"
+    blocked.write_text("a file where the store's folder should be")
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))  # a port nobody listens on while it stays bound
+    port = closed.getsockname()[1]
+    with closed:
+        for uri, why in ((f"sqlite:///{blocked}/mlflow.db", "cannot create"),
+                         (f"http://127.0.0.1:{port}", "no MLflow server answers")):  # fmt: skip
+            result = run_tntrun("train.epochs=1", f"tracking.uri={uri}")
+            assert result.returncode == 2, result.stdout[-2000:]
+            assert f"tracking.uri (else $MLFLOW_TRACKING_URI, else output_root) = {uri}" in (
+                result.stderr
+            )
+            assert why in result.stderr
+            assert "rank 0/" not in result.stdout  # no rank was started

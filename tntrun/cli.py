@@ -36,7 +36,7 @@ from tntrun.run_record import LOG_DIR, record_outputs, start_tags
 from tntrun.schema import register
 from tntrun.slurm import allocation_layout
 from tntrun.sweep import sweep_parent
-from tntrun.tracking import RunTracker, flatten, tracking_uri
+from tntrun.tracking import RunTracker, flatten, store_problems, tracking_uri
 from tntrun.tracking_session import TrackingSession
 from tntrun.ui import server_command
 from tntrun.watchdog import HEARTBEATS
@@ -167,6 +167,9 @@ def train(cfg: DictConfig) -> tuple[int, float]:
 
     output_root = Path(cfg.output_root)
     uri = tracking_uri(cfg.tracking.uri, output_root)
+    problems = store_problems(uri)
+    if problems:
+        return _config_error(problems), NAN
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     plan.save(run_dir / "plan.json")
     print(

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import fcntl
 import os
+import socket
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 MAX_PARAM_VALUE = 6000  # MLflow truncates longer values.
 PARAMS_PER_BATCH = 100  # MLflow's log_batch limits.
@@ -27,6 +29,33 @@ def tracking_uri(configured: str | None, output_root: Path) -> str:
     if os.environ.get("MLFLOW_TRACKING_URI"):
         return os.environ["MLFLOW_TRACKING_URI"]
     return f"sqlite:///{(output_root / 'mlflow.db').resolve()}"
+
+
+def store_problems(uri: str, timeout_s: float = 3.0) -> list[str]:
+    """Why the tracking store at ``uri`` cannot be used, checked without importing MLflow
+    (so before any rank starts): a SQLite file that cannot be created or written, or an
+    HTTP server that does not accept connections. Other stores are not checked."""
+    where = "tracking.uri (else $MLFLOW_TRACKING_URI, else output_root)"
+    if uri.startswith("sqlite:///"):
+        database = Path(uri.removeprefix("sqlite:///"))
+        try:
+            database.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            return [f"{where} = {uri}: cannot create {database.parent} ({err.strerror}); "
+                    "point it at a writable folder"]  # fmt: skip
+        target = database if database.exists() else database.parent
+        if not os.access(target, os.W_OK):
+            return [f"{where} = {uri}: {target} is not writable; point it at a writable folder"]
+        return []
+    parsed = urlparse(uri)
+    if parsed.scheme in ("http", "https") and parsed.hostname:
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        try:
+            socket.create_connection((parsed.hostname, port), timeout=timeout_s).close()
+        except OSError as err:
+            return [f"{where} = {uri}: no MLflow server answers at {parsed.hostname}:{port} "
+                    f"({err.strerror or err}); start the server or fix the URI"]  # fmt: skip
+    return []
 
 
 @contextmanager
