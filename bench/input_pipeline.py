@@ -35,10 +35,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine_load import run, wait_for_quiet  # noqa: E402
 from pipeline_data import write_image_folder, write_imagenet_records  # noqa: E402
+from runs import finished_run, tntrun_command  # noqa: E402
 
-BIN = Path(sys.executable).parent
-COMMON = ("global_batch_size=64", "tracking.system_metrics=false", "checkpoint.every_epochs=0",
-          "tracking.log_every_steps=0")  # fmt: skip
+GLOBAL_BATCH = 64
 IMAGE_SIZE, CLASSES = 64, 10
 MAX_FOREIGN = 0.25  # cores other processes may take without a run counting as disturbed
 
@@ -97,24 +96,20 @@ def throughput(work: Path, args: tuple[str, ...], retries: int) -> tuple[float, 
 
     Repeated up to ``retries`` times while others took more than ``MAX_FOREIGN`` cores.
     """
-    from mlflow.tracking import MlflowClient
-
     for attempt in range(retries + 1):
         wait_for_quiet(MAX_FOREIGN, patience_s=10.0)
-        done = run([str(BIN / "tntrun"), *COMMON, *args, f"output_root={work}"], cwd=work)
+        done = run(tntrun_command(work, f"global_batch_size={GLOBAL_BATCH}", *args), cwd=work)
         if done.foreign_cores <= MAX_FOREIGN or attempt == retries:
             break
-    lines = done.stdout.splitlines()
-    run_id = next(ln.rsplit(" ", 1)[1] for ln in lines if "MLflow run id:" in ln)
-    metrics = MlflowClient(f"sqlite:///{work / 'mlflow.db'}").get_run(run_id).data.metrics
-    return metrics["steady_samples_per_s"], done.foreign_cores
+    client, run_id = finished_run(work, done.stdout)
+    return client.get_run(run_id).data.metrics["steady_samples_per_s"], done.foreign_cores
 
 
 def stream_cost(args: tuple[str, ...]) -> dict[str, float]:
     """Rank 0's input stream alone: CPU us per training sample, seconds to the first batch."""
     wait_for_quiet(MAX_FOREIGN, patience_s=10.0)
     script = Path(__file__).resolve().parent / "pipeline_cost.py"
-    out = run([sys.executable, str(script), "global_batch_size=64", *args]).stdout
+    out = run([sys.executable, str(script), f"global_batch_size={GLOBAL_BATCH}", *args]).stdout
     return json.loads(out.splitlines()[-1])
 
 

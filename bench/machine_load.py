@@ -31,6 +31,12 @@ def own_seconds() -> float:
     return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
 
 
+def foreign_seconds() -> float:
+    """Busy CPU seconds of the machine not spent by this process or its finished children:
+    the difference of two readings is what other processes used in between."""
+    return busy_seconds() - own_seconds()
+
+
 @dataclass(frozen=True)
 class Measured:
     stdout: str
@@ -40,11 +46,10 @@ class Measured:
 
 def run(argv: Sequence[str], **kwargs) -> Measured:
     """``subprocess.run(argv, check=True)`` with the load other processes added meanwhile."""
-    busy, own, start = busy_seconds(), own_seconds(), time.perf_counter()
+    before, start = foreign_seconds(), time.perf_counter()
     out = subprocess.run(argv, capture_output=True, text=True, check=True, **kwargs).stdout
     wall = time.perf_counter() - start
-    foreign = (busy_seconds() - busy) - (own_seconds() - own)
-    return Measured(out, wall, max(0.0, foreign) / wall)
+    return Measured(out, wall, max(0.0, foreign_seconds() - before) / wall)
 
 
 def wait_for_quiet(
@@ -53,9 +58,9 @@ def wait_for_quiet(
     """Wait until other processes use under ``threshold`` cores (or ``patience_s`` passed)."""
     deadline = time.perf_counter() + patience_s
     while True:
-        busy, own = busy_seconds(), own_seconds()
+        before = foreign_seconds()
         time.sleep(sample_s)
-        load = ((busy_seconds() - busy) - (own_seconds() - own)) / sample_s
+        load = (foreign_seconds() - before) / sample_s
         if load < threshold or time.perf_counter() > deadline:
             return load
         time.sleep(3.0)

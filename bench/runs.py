@@ -11,16 +11,24 @@ BIN = Path(sys.executable).parent
 QUIET = ("tracking.system_metrics=false", "checkpoint.every_epochs=0", "tracking.log_every_steps=0")
 
 
-def run_tntrun(work: Path, *overrides: str):
-    """Run ``tntrun`` with its outputs and MLflow store in ``work``; (store client, run id)."""
+def tntrun_command(work: Path, *overrides: str) -> list[str]:
+    """The ``tntrun`` command line of a quiet run with its outputs and store in ``work``."""
+    return [str(BIN / "tntrun"), *overrides, *QUIET, f"output_root={work}"]
+
+
+def finished_run(work: Path, stdout: str):
+    """(store client, run id) of the run whose ``tntrun`` output is ``stdout``."""
     from mlflow.tracking import MlflowClient
 
-    out = subprocess.run(
-        [str(BIN / "tntrun"), *overrides, *QUIET, f"output_root={work}"],
-        cwd=work, capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    run_id = next(ln.rsplit(" ", 1)[1] for ln in out.splitlines() if "MLflow run id:" in ln)
+    run_id = next(ln.rsplit(" ", 1)[1] for ln in stdout.splitlines() if "MLflow run id:" in ln)
     return MlflowClient(f"sqlite:///{work / 'mlflow.db'}"), run_id
+
+
+def run_tntrun(work: Path, *overrides: str):
+    """Run ``tntrun`` with its outputs and MLflow store in ``work``; (store client, run id)."""
+    out = subprocess.run(tntrun_command(work, *overrides), cwd=work, capture_output=True,
+                         text=True, check=True).stdout  # fmt: skip
+    return finished_run(work, out)
 
 
 def run_metrics(work: Path, *overrides: str) -> dict[str, float]:

@@ -136,10 +136,12 @@ class ScalingProfile:
         return self.compute_at(world) + self.allreduce_s(world) / self.backward_passes_per_step
 
     def step_s(self, world: int) -> float:
-        """Predicted training step time on ``world`` ranks."""
+        """Predicted training step time on ``world`` ranks (never below the computation)."""
+        compute = self.compute_at(world)  # a bootstrap: computed once
         if world <= 1:
-            return self.compute_at(world)
-        return max(self.compute_at(world), self.separate_step_s(world) + self.interaction_s)
+            return compute
+        communication = self.allreduce_s(world) / self.backward_passes_per_step
+        return compute + max(0.0, communication + self.interaction_s)
 
     def calibrated(self, distributed_step_s: float) -> ScalingProfile:
         """This profile with ``i`` set from a distributed step timed on the profiled ranks."""
