@@ -29,7 +29,7 @@ from tntrun.datasets.imagenet import (  # noqa: E402
     ImagenetDataset,
     count_records,
     eval_image,
-    train_image,
+    train_crop,
 )
 from tntrun.datasets.pixels import normalize_channels  # noqa: E402
 from tntrun.datasets.synthetic_images import SyntheticImages  # noqa: E402
@@ -451,11 +451,11 @@ def test_tiled_normalisation_gives_the_values_of_broadcasting():
 def test_train_crops_are_random_but_reproducible():
     image = np.random.default_rng(0).integers(0, 255, (48, 64, 3), dtype=np.uint8)
     jpeg = tf.io.encode_jpeg(image)
-    crops = [train_image(jpeg, tf.constant([s, 7], tf.int64), SIZE).numpy() for s in range(4)]
+    crops = [train_crop(jpeg, tf.constant([s, 7], tf.int64), SIZE).numpy() for s in range(4)]
     assert all(c.shape == (SIZE, SIZE, 3) for c in crops)
     assert not np.allclose(crops[0], crops[1])
     np.testing.assert_array_equal(
-        crops[2], train_image(jpeg, tf.constant([2, 7], tf.int64), SIZE).numpy()
+        crops[2], train_crop(jpeg, tf.constant([2, 7], tf.int64), SIZE).numpy()
     )
 
 
