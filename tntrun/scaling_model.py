@@ -104,7 +104,7 @@ class ScalingProfile:
     compute_samples_s: tuple[float, ...] = ()
     # i: a distributed step timed in the profile, beyond compute + allreduce (seconds).
     interaction_s: float = 0.0
-    distributed_step_s: float | None = None  # that timed step: median over updates, mean over ranks
+    distributed_step_s: float | None = None  # that step: mean wall time per step and rank
 
     def compute_at(self, world: int) -> float:
         """Expected compute time of the slowest of ``world`` ranks (bootstrap, fixed seed)."""

@@ -9,7 +9,7 @@ as they did while training):
    DistributedOptimizer sends them), whose cost beyond the fitted ring is the
    per-update overhead;
 3. times the real distributed training step (compute and allreduce in one
-   step, as in training; median over updates), then the same step with a
+   step, as in training; mean wall time per step), then the same step with a
    local optimizer instead of Horovod's, i.e. without communication; what the
    distributed step takes beyond compute plus allreduce measured apart is
    the model's interaction term.
@@ -42,8 +42,8 @@ from tntrun.plan import Plan
 
 OUTPUT_DIR = "scaling_prediction"
 WARMUP_STEPS = 3  # traced and compiled: not timed
-TIMED_STEPS = (20, 400)  # fewest and most timed steps: as many as fill TIMED_SECONDS
-TIMED_SECONDS = 1.5
+TIMED_STEPS = (20, 1000)  # fewest and most timed steps: as many as fill TIMED_SECONDS
+TIMED_SECONDS = 3.0
 PROBE_REPEATS = 7
 MAX_PROBE_REPEATS = 50
 PROBE_SECONDS = 0.2
@@ -114,20 +114,30 @@ def gradient_set_seconds(model, compression: str) -> float:
 
 
 class _StepClock(keras.callbacks.Callback):
-    """Each training step's duration from its batch-begin to its batch-end hook: the step
-    itself (input, forward, backward, update), without Keras' work between steps."""
+    """When each training step began and ended (batch-begin and batch-end hooks)."""
 
     def __init__(self) -> None:
         super().__init__()
         self._supports_tf_logs = True
-        self.durations: list[float] = []
-        self._began = 0.0
+        self.begins: list[float] = []
+        self.ends: list[float] = []
 
     def on_train_batch_begin(self, batch, logs=None):
-        self._began = time.perf_counter()
+        self.begins.append(time.perf_counter())
 
     def on_train_batch_end(self, batch, logs=None):
-        self.durations.append(time.perf_counter() - self._began)
+        self.ends.append(time.perf_counter())
+
+    def durations(self) -> np.ndarray:
+        """Each step from its batch-begin to its batch-end hook: the step itself
+        (input, forward, backward, update), without Keras' work between steps."""
+        return np.asarray(self.ends) - np.asarray(self.begins)
+
+    def cycles(self) -> np.ndarray:
+        """Each step from its batch-begin to the next one's (the last: to its end):
+        what a training step costs in wall time, Keras' work between steps included."""
+        begins = np.asarray(self.begins)
+        return np.diff(np.append(begins, self.ends[-1]))
 
 
 def timed_steps(measured_step_s: float) -> int:
@@ -138,30 +148,34 @@ def timed_steps(measured_step_s: float) -> int:
     return int(hvd.broadcast(tf.constant(int(wanted)), root_rank=0, name="scaling_probe.steps"))
 
 
-def _step_seconds(model, batches: tf.data.Dataset, steps: int) -> np.ndarray:
-    """This rank's training step times after the warm-up steps (the stream is repeated
-    when it holds fewer batches)."""
+def _timed_fit(model, batches: tf.data.Dataset, steps: int) -> _StepClock:
+    """Train ``WARMUP_STEPS + steps`` steps (the stream is repeated when it holds fewer
+    batches) and return their clock with the warm-up steps dropped."""
     clock = _StepClock()
     model.fit(batches.repeat().take(WARMUP_STEPS + steps), epochs=1, callbacks=[clock],
               verbose=0)  # fmt: skip
-    if len(clock.durations) <= WARMUP_STEPS:
+    if len(clock.ends) <= WARMUP_STEPS:
         raise RuntimeError("predict_scaling: too few training steps to time")
-    return np.asarray(clock.durations[WARMUP_STEPS:])
+    del clock.begins[:WARMUP_STEPS], clock.ends[:WARMUP_STEPS]
+    return clock
 
 
 def distributed_step_seconds(
     model, batches: tf.data.Dataset, steps: int, passes_per_update: int
 ) -> float:
-    """Median time per step of the real (Horovod) training step, rank-averaged.
+    """Mean wall time per step of the real (Horovod) training step, rank-averaged.
 
-    The median is taken over whole updates (``passes_per_update`` steps, of which only
-    the last allreduces). Trains the compiled model on: call once its weights are saved.
+    The quantity the run's ``steady_step_time_ms`` measures: steps timed from one
+    batch-begin to the next, so Keras' work between steps and the occasional slow
+    step count as they do in training (a median would miss both: latency-bound
+    steps have a long tail). Whole updates only (``passes_per_update`` steps, of
+    which the last allreduces). Trains the compiled model on: call once its
+    weights are saved.
     """
-    times = _step_seconds(model, batches, steps)
-    updates = times[: len(times) // passes_per_update * passes_per_update]
-    per_update = updates.reshape(-1, passes_per_update).sum(axis=1) if len(updates) else times
-    median = float(np.median(per_update)) / passes_per_update
-    return mean_across_ranks([median], "scaling_probe.distributed")[0]
+    cycles = _timed_fit(model, batches, steps).cycles()
+    whole = len(cycles) // passes_per_update * passes_per_update
+    mean = float(np.mean(cycles[:whole] if whole else cycles))
+    return mean_across_ranks([mean], "scaling_probe.distributed")[0]
 
 
 def local_step_seconds(
@@ -173,7 +187,7 @@ def local_step_seconds(
     """
     model.compile(optimizer=build_optimizer(cfg.optimizer, plan.scaled_lr),
                   **compile_spec(task, float(cfg.train.label_smoothing)))  # fmt: skip
-    local = _step_seconds(model, batches, steps)
+    local = _timed_fit(model, batches, steps).durations()
     every_rank = hvd.allgather(tf.constant(local, tf.float64), name="scaling_probe.compute")
     return [float(t) for t in every_rank.numpy()]
 
