@@ -1,0 +1,34 @@
+"""The scaling profile's step clock: per-step durations and wall-time cycles (real Keras)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+tf = pytest.importorskip("tensorflow")
+keras = pytest.importorskip("tf_keras")
+pytest.importorskip("horovod.tensorflow")
+
+from tntrun.engine.scaling_profile import _StepClock  # noqa: E402
+
+
+def test_cycles_span_the_steps_and_include_the_gaps_between_them():
+    clock = _StepClock()
+    clock.begins, clock.ends = [0.0, 1.5, 4.0], [1.0, 3.0, 4.5]
+    np.testing.assert_allclose(clock.durations(), [1.0, 1.5, 0.5])
+    np.testing.assert_allclose(clock.cycles(), [1.5, 2.5, 0.5])  # next begin; the last: its end
+
+
+def test_a_real_fit_is_timed_step_by_step():
+    model = keras.Sequential([keras.layers.Dense(1, input_shape=(3,))])
+    model.compile(optimizer="sgd", loss="mse")
+    data = tf.data.Dataset.from_tensors((tf.ones([4, 3]), tf.ones([4, 1]))).repeat(7)
+    clock = _StepClock()
+    model.fit(data, epochs=1, callbacks=[clock], verbose=0)
+    assert len(clock.begins) == len(clock.ends) == 7
+    assert (clock.durations() > 0).all() and (clock.cycles() >= clock.durations()).all()
+    assert clock.cycles().sum() == pytest.approx(clock.ends[-1] - clock.begins[0])
