@@ -31,13 +31,18 @@ def tracking_uri(configured: str | None, output_root: Path) -> str:
     return f"sqlite:///{(output_root / 'mlflow.db').resolve()}"
 
 
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` tracking URI (None for other stores)."""
+    return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+
+
 def store_problems(uri: str, timeout_s: float = 3.0) -> list[str]:
     """Why the tracking store at ``uri`` cannot be used, checked without importing MLflow
     (so before any rank starts): a SQLite file that cannot be created or written, or an
     HTTP server that does not accept connections. Other stores are not checked."""
     where = "tracking.uri (else $MLFLOW_TRACKING_URI, else output_root)"
-    if uri.startswith("sqlite:///"):
-        database = Path(uri.removeprefix("sqlite:///"))
+    database = sqlite_path(uri)
+    if database is not None:
         try:
             database.parent.mkdir(parents=True, exist_ok=True)
         except OSError as err:
@@ -66,10 +71,10 @@ def store_lock(uri: str) -> Iterator[None]:
     fresh file fail half-way through the migrations. A file lock beside the
     database lets one create it while the others wait.
     """
-    if not uri.startswith("sqlite:///"):
+    database = sqlite_path(uri)
+    if database is None:
         yield
         return
-    database = Path(uri.removeprefix("sqlite:///"))
     database.parent.mkdir(parents=True, exist_ok=True)
     with open(f"{database}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
