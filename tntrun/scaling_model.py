@@ -131,17 +131,20 @@ class ScalingProfile:
             + fraction * self.gradient_bytes * self.link.seconds_per_byte
         )
 
+    def communication_s(self, world: int) -> float:
+        """Allreduce time per step: one update's allreduce spread over its backward passes."""
+        return self.allreduce_s(world) / self.backward_passes_per_step
+
     def separate_step_s(self, world: int) -> float:
         """Compute plus allreduce, as measured apart (the model without ``i``)."""
-        return self.compute_at(world) + self.allreduce_s(world) / self.backward_passes_per_step
+        return self.compute_at(world) + self.communication_s(world)
 
     def step_s(self, world: int) -> float:
         """Predicted training step time on ``world`` ranks (never below the computation)."""
         compute = self.compute_at(world)  # a bootstrap: computed once
         if world <= 1:
             return compute
-        communication = self.allreduce_s(world) / self.backward_passes_per_step
-        return compute + max(0.0, communication + self.interaction_s)
+        return compute + max(0.0, self.communication_s(world) + self.interaction_s)
 
     def calibrated(self, distributed_step_s: float) -> ScalingProfile:
         """This profile with ``i`` set from a distributed step timed on the profiled ranks."""
@@ -167,7 +170,7 @@ def predict(profile: ScalingProfile, worlds: Sequence[int] = PREDICTED_WORLD_SIZ
         rows.append(Prediction(
             world_size=world,
             step_s=step,
-            allreduce_s=profile.allreduce_s(world) / profile.backward_passes_per_step,
+            allreduce_s=profile.communication_s(world),
             samples_per_s=world * profile.micro_batch_size / step,
             efficiency=single / step,
         ))  # fmt: skip
