@@ -32,8 +32,8 @@ def main() -> None:
     import tensorflow as tf
     from hydra import compose, initialize_config_module
 
+    from tntrun.config.zoo import build_dataset, distributes_automatically
     from tntrun.engine.data import distribute_train
-    from tntrun.zoo import build_dataset, distributes_automatically
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)

@@ -3,6 +3,6 @@
 Importing the package registers the typed schema the YAML files extend.
 """
 
-from tntrun.schema import register
+from tntrun.config.schema import register
 
 register()

@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+from tntrun.datasets.base import DatasetInfo
 from tntrun.datasets.splits import stratified_split
-
-from tntrun.plan import DatasetInfo
 
 if TYPE_CHECKING:
     import tensorflow as tf

@@ -18,9 +18,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tntrun.datasets.base import DatasetInfo
 from tntrun.datasets.pixels import normalize_channels
-
-from tntrun.plan import DatasetInfo
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -252,6 +251,21 @@ class ImagenetDataset:
         self.num_val = num_val
         self.shuffle_buffer = shuffle_buffer
         self.eval_crop_fraction = eval_crop_fraction
+
+    # ImageNet-1k (ILSVRC 2012) as published: training and validation images.
+    PUBLISHED = {"train": 1_281_167, "validation": 50_000, "classes": 1000}
+
+    @classmethod
+    def published_info(cls, image_size: int = 224, num_classes: int = 1000,
+                       num_train: int | None = None, num_val: int | None = None,
+                       **_: object) -> DatasetInfo:  # fmt: skip
+        """ImageNet-1k's published sizes, to plan a run before the records are on disk."""
+        return DatasetInfo(
+            num_train=int(num_train or cls.PUBLISHED["train"]),
+            num_val=int(num_val or cls.PUBLISHED["validation"]),
+            input_shape=(image_size, image_size, 3),
+            num_classes=num_classes,
+        )
 
     @cached_property
     def records(self) -> Records:

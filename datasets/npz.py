@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-
-from tntrun.plan import DatasetInfo
+from tntrun.datasets.base import DatasetInfo
 
 if TYPE_CHECKING:
     import tensorflow as tf

@@ -6,8 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-
-from tntrun.plan import DatasetInfo
+from tntrun.datasets.base import DatasetInfo
 
 if TYPE_CHECKING:
     import tensorflow as tf

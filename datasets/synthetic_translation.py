@@ -14,9 +14,8 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
+from tntrun.datasets.base import DatasetInfo
 from tntrun.datasets.translation_text import FIRST_TOKEN_ID, PairArrays, pad_pairs, to_dataset
-
-from tntrun.plan import DatasetInfo
 
 if TYPE_CHECKING:
     import tensorflow as tf

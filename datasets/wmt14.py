@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from tntrun.datasets.base import DatasetInfo
 from tntrun.datasets.translation_text import (
     BOS_ID,
     EOS_ID,
@@ -40,8 +41,6 @@ from tntrun.datasets.translation_text import (
     fit_pair,
     strip_special,
 )
-
-from tntrun.plan import DatasetInfo
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -285,6 +284,21 @@ class Wmt14Dataset:
         return meta
 
     # -- the dataset protocol ------------------------------------------------
+
+    # WMT14 English-German as published (the TFDS/tensor2tensor training set, newstest2014).
+    PUBLISHED = {"train": 4_508_785, "validation": 3_003}
+
+    @classmethod
+    def published_info(cls, vocab_size: int = 32_000, max_length: int = 64,
+                       **_: object) -> DatasetInfo:  # fmt: skip
+        """WMT14 en-de's published pair counts (before length filtering): plan without the text."""
+        return DatasetInfo(
+            num_train=cls.PUBLISHED["train"],
+            num_val=cls.PUBLISHED["validation"],
+            input_shape=(max_length,),
+            num_classes=vocab_size,
+            task="translation",
+        )
 
     def info(self) -> DatasetInfo:
         meta = self.meta

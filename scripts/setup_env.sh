@@ -123,11 +123,11 @@ stamp="$VENV/.tntrun-verified"
 if [ ! -f "$stamp" ] || [ "$stamp" -ot "$0" ]; then
   step "verifying a real 2-rank Gloo allreduce"
   out=$(cd "$ROOT" && PATH="$VENV/bin:$PATH" TF_CPP_MIN_LOG_LEVEL=3 timeout 180 \
-        "$VENV/bin/horovodrun" -np 2 -H localhost:2 --gloo "$PY" -m tntrun.selfcheck 2>&1) \
+        "$VENV/bin/horovodrun" -np 2 -H localhost:2 --gloo "$PY" -m tntrun.engine.selfcheck 2>&1) \
     || { printf '%s\n' "$out" | tail -n 30 >&2; die "the 2-rank Horovod self-check failed"; }
   printf '%s\n' "$out" | grep -o 'selfcheck ok.*' | sort -u
   step "caching horovodrun --check-build for run records"
-  "$PY" -c "from tntrun.provenance import horovod_build; print(horovod_build())"
+  "$PY" -c "from tntrun.tracking.provenance import horovod_build; print(horovod_build())"
   touch "$stamp"
 fi
 step "environment ready: $VENV ($DEVICE, TensorFlow $TF_VERSION, Horovod $HOROVOD_VERSION)"

@@ -199,7 +199,7 @@ def test_the_rank_side_engine_imports_neither_keras_3_nor_mlflow():
     """Both cost seconds per rank before the first step (Keras 3 comes with
     ``horovod.tensorflow.keras``; tntrun builds Horovod's optimizer on tf_keras directly)."""
     code = (
-        "import sys, tntrun.worker, tntrun.engine.trainer, tntrun.engine.runtime;"
+        "import sys, tntrun.engine.worker, tntrun.engine.trainer, tntrun.engine.runtime;"
         "bad = [m for m in ('keras', 'mlflow', 'sklearn') if m in sys.modules];"
         "sys.exit(f'rank imported {bad}' if bad else 0)"
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tntrun.layout import LayoutError, expand_slurm_nodelist, parse_hostfile
+from tntrun.planning.layout import LayoutError, expand_slurm_nodelist, parse_hostfile
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tntrun.metrics_stream import METRICS_FILE, MetricsRelay, MetricsWriter
+from tntrun.tracking.metrics_stream import METRICS_FILE, MetricsRelay, MetricsWriter
 
 
 def test_relay_sends_each_complete_line_once_and_the_rest_on_exit(tmp_path):

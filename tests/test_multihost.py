@@ -18,7 +18,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import run_dir_of, store_uri, tntrun_cli
-from tntrun.plan import Plan
+from tntrun.planning.plan import Plan
 
 pytestmark = pytest.mark.slow
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "netns_hosts.sh"

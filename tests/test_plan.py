@@ -11,8 +11,15 @@ import numpy as np
 import pytest
 
 from tntrun.cli import plain_config
-from tntrun.plan import DatasetInfo, MachineFacts, Plan, PlanError, build_plan, scale_learning_rate
-from tntrun.schedules import ScheduleParams, learning_rate
+from tntrun.planning.plan import (
+    DatasetInfo,
+    MachineFacts,
+    Plan,
+    PlanError,
+    build_plan,
+    scale_learning_rate,
+)
+from tntrun.planning.schedules import ScheduleParams, learning_rate
 
 DIGITS = DatasetInfo(num_train=1438, num_val=359, input_shape=(64,), num_classes=10)
 IMAGENET = DatasetInfo(num_train=1_281_167, num_val=50_000, input_shape=(224, 224, 3),
@@ -34,7 +41,7 @@ def test_default_plan_splits_global_batch_over_two_cpu_ranks(compose_cfg):
     assert plan.scaled_lr == pytest.approx(0.002)  # adam 0.002 stated at batch 64
     cmd = plan.launch_command
     assert cmd[:6] == ("horovodrun", "--gloo", "-np", "2", "-H", "localhost:2")
-    assert cmd[-4:] == ("python", "-m", "tntrun.worker", "/runs/x")
+    assert cmd[-4:] == ("python", "-m", "tntrun.engine.worker", "/runs/x")
     env = dict(plan.launch_env)
     assert env["TF_USE_LEGACY_KERAS"] == "1" and env["CUDA_VISIBLE_DEVICES"] == "-1"
 
@@ -185,7 +192,8 @@ def test_pinning_without_numactl_is_refused(compose_cfg):
 
 def test_planning_does_not_import_tensorflow():
     code = (
-        "import sys, tntrun.cli, tntrun.plan, tntrun.plan_view, tntrun.tracking, tntrun.launch;"
+        "import sys, tntrun.cli, tntrun.api, tntrun.planning.view, tntrun.tracking.mlflow_tracker,"
+        " tntrun.launch.rank_job, tntrun.launch.srun;"
         "from tntrun.datasets.digits import DigitsDataset; DigitsDataset().info();"
         "bad = [m for m in ('tensorflow', 'horovod', 'tf_keras', 'keras') if m in sys.modules];"
         "sys.exit(f'driver imported {bad}' if bad else 0)"

@@ -11,7 +11,7 @@ from mlflow.tracking import MlflowClient
 
 from tests.conftest import run_dir_of, store_uri, tntrun_cli
 from tntrun.cli import plain_config
-from tntrun.plan import DatasetInfo, MachineFacts, build_plan
+from tntrun.planning.plan import DatasetInfo, MachineFacts, build_plan
 
 IMAGENET = DatasetInfo(1_281_167, 50_000, (224, 224, 3), 1000)
 SEED_LAYOUT = ("nodes=2", "gpus=4", "hosts=[a,b]", "global_batch_size=512")

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from tntrun.scaling_model import (
+from tntrun.planning.scaling_model import (
     LinkCost,
     ScalingProfile,
     fit_link,

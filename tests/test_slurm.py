@@ -13,7 +13,8 @@ from hydra import compose, initialize_config_module
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import run_dir_of, store_uri
-from tntrun.slurm import allocation_layout, horovod_env
+from tntrun.launch.srun import horovod_env
+from tntrun.planning.layout import allocation_layout
 
 FAKE_BIN = Path(__file__).parent / "fake_bin"
 

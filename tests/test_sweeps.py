@@ -21,7 +21,7 @@ def test_sweep_makes_a_parent_run_with_children_and_a_scaling_report(tmp_path):
     client = MlflowClient(store_uri(tmp_path))
     experiment = client.get_experiment_by_name("tntrun")
     runs = client.search_runs([experiment.experiment_id])
-    (parent,) = [r for r in runs if r.data.tags.get("tntrun.sweep") == "parent"]
+    (parent,) = [r for r in runs if r.data.tags.get("tntrun.tracking.sweep") == "parent"]
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     assert parent.info.status == "FINISHED" and len(children) == 2
     assert sorted(c.data.params["plan.world_size"] for c in children) == ["1", "2"]
@@ -83,7 +83,7 @@ def test_four_concurrent_drivers_share_one_store(tmp_path):
 def sweep_runs(tmp_path):
     client = MlflowClient(store_uri(tmp_path))
     runs = client.search_runs([client.get_experiment_by_name("tntrun").experiment_id])
-    (parent,) = [r for r in runs if r.data.tags.get("tntrun.sweep") == "parent"]
+    (parent,) = [r for r in runs if r.data.tags.get("tntrun.tracking.sweep") == "parent"]
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     return parent, children
 

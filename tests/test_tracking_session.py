@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tntrun.tracking import RunTracker
-from tntrun.tracking_session import TrackingSession, lower_thread_priority
+from tntrun.tracking.mlflow_tracker import RunTracker
+from tntrun.tracking.session import TrackingSession, lower_thread_priority
 
 
 def _new_run(tmp_path: Path):

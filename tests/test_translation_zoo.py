@@ -42,7 +42,8 @@ from tntrun.models.translate import (  # noqa: E402
     greedy_translate,
 )
 
-from tntrun.bleu import (  # noqa: E402
+from tntrun.config.zoo import build_dataset, build_model  # noqa: E402
+from tntrun.engine.bleu import (  # noqa: E402
     bleu_scores,
     corpus_bleu,
     detokenize_ids,
@@ -50,8 +51,7 @@ from tntrun.bleu import (  # noqa: E402
     detokenize_words,
     write_samples,
 )
-from tntrun.translation_loss import masked_sparse_crossentropy, masked_token_accuracy  # noqa: E402
-from tntrun.zoo import build_dataset, build_model  # noqa: E402
+from tntrun.engine.translation_loss import masked_sparse_crossentropy, masked_token_accuracy  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -279,8 +279,8 @@ def test_info_is_fast_and_does_not_import_tensorflow(wmt_dir):
         from tntrun.datasets.numbers_translation import NumbersTranslationDataset
         from tntrun.datasets.synthetic_translation import SyntheticTranslationDataset
         from tntrun.datasets.wmt14 import Wmt14Dataset
-        import tntrun.models.transformer, tntrun.models.translate, tntrun.translation_loss
-        import tntrun.bleu
+        import tntrun.models.transformer, tntrun.models.translate, tntrun.engine.translation_loss
+        import tntrun.engine.bleu
         seconds = {{}}
         for name, ds in [
             ("numbers", NumbersTranslationDataset()),

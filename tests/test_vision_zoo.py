@@ -36,8 +36,8 @@ from tntrun.datasets.synthetic_images import SyntheticImages  # noqa: E402
 from tntrun.models.cnn import build_cnn  # noqa: E402
 from tntrun.models.resnet import build_resnet  # noqa: E402
 
-from tntrun.plan import DatasetInfo  # noqa: E402
-from tntrun.zoo import build_dataset, build_model  # noqa: E402
+from tntrun.config.zoo import build_dataset, build_model  # noqa: E402
+from tntrun.planning.plan import DatasetInfo  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -11,8 +11,9 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from tntrun.checkpoints import publish
 from tntrun.engine.collectives import checksums_across_ranks, weighted_mean
+from tntrun.planning.checkpoints import publish
+from tntrun.run_files import ENV_DRIVER_START
 
 
 class AverageTrainMetrics(keras.callbacks.Callback):
@@ -163,7 +164,7 @@ class Throughput(keras.callbacks.Callback):
             "steady_samples_per_s": steps * self.samples_per_step / seconds,
             "steady_step_time_ms": 1000.0 * seconds / max(steps, 1),
         }
-        driver_start = os.environ.get("TNTRUN_DRIVER_START")
+        driver_start = os.environ.get(ENV_DRIVER_START)
         if driver_start and self.first_step_at is not None:
             found["startup_s"] = self.first_step_at - float(driver_start)
         return found

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import tensorflow as tf
 import tf_keras as keras
 
-from tntrun.schedules import ScheduleParams, learning_rate
+from tntrun.planning.schedules import ScheduleParams, learning_rate
 
 TF_OPS = SimpleNamespace(
     where=tf.where, minimum=tf.minimum, maximum=tf.maximum, cos=tf.cos, sqrt=tf.sqrt,
@@ -18,7 +18,7 @@ TF_OPS = SimpleNamespace(
 
 @keras.saving.register_keras_serializable(package="tntrun")
 class PlannedSchedule(keras.optimizers.schedules.LearningRateSchedule):
-    """Evaluates :func:`tntrun.schedules.learning_rate` at the optimizer's step.
+    """Evaluates :func:`tntrun.planning.schedules.learning_rate` at the optimizer's step.
 
     The step is the optimizer's own iteration counter, saved with its state, so
     a restored optimizer continues the schedule instead of restarting it.

@@ -14,7 +14,7 @@ from tntrun.engine.flops import (
     read_cached,
     training_flops_per_sample,
 )
-from tntrun.plan import DatasetInfo, Plan
+from tntrun.planning.plan import DatasetInfo, Plan
 
 
 def peak_flops_across_ranks(threads: int, ranks_per_node: int) -> float:

@@ -4,7 +4,7 @@ After training, every rank (at the same time, so ranks sharing a node contend
 as they did while training):
 
 1. times allreduces of single buffers from 4 KiB up to the gradient size and
-   fits the ring's latency and bandwidth (:func:`tntrun.scaling_model.fit_link`);
+   fits the ring's latency and bandwidth (:func:`tntrun.planning.scaling_model.fit_link`);
 2. times an allreduce of the model's gradient set (its tensors' shapes, as the
    DistributedOptimizer sends them), whose cost beyond the fitted ring is the
    per-update overhead;
@@ -35,12 +35,12 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from tntrun import scaling_model
 from tntrun.engine.optimizers import build_optimizer
 from tntrun.engine.tasks import compile_spec
-from tntrun.plan import Plan
+from tntrun.planning import scaling_model
+from tntrun.planning.plan import Plan
+from tntrun.run_files import SCALING_PREDICTION as OUTPUT_DIR
 
-OUTPUT_DIR = "scaling_prediction"
 WARMUP_STEPS = 3  # traced and compiled: not timed
 TIMED_STEPS = (20, 1000)  # fewest and most timed steps: as many as fill TIMED_SECONDS
 TIMED_SECONDS = 3.0

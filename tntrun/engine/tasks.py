@@ -25,7 +25,7 @@ def compile_spec(task: str, label_smoothing: float) -> dict[str, Any]:
             "weighted_metrics": ["accuracy"],
         }
     if task == "translation":
-        from tntrun.translation_loss import masked_sparse_crossentropy, masked_token_accuracy
+        from tntrun.engine.translation_loss import masked_sparse_crossentropy, masked_token_accuracy
 
         return {
             "loss": masked_sparse_crossentropy(label_smoothing=label_smoothing),

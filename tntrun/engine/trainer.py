@@ -12,23 +12,21 @@ import tf_keras as keras
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from tntrun.checkpoints import STATE_PREFIX, CheckpointMeta, config_hash
+from tntrun.config.zoo import build_dataset, build_model, distributes_automatically
 from tntrun.engine import callbacks as cb
-from tntrun.engine.bleu_eval import BleuEvaluation
+from tntrun.engine.bleu import BleuEvaluation
 from tntrun.engine.data import distribute_eval, distribute_train, shard_size
 from tntrun.engine.distributed_optimizer import distributed_optimizer
 from tntrun.engine.lr_schedule import PlannedSchedule
 from tntrun.engine.mfu import model_flop_utilisation
 from tntrun.engine.optimizers import build_optimizer
 from tntrun.engine.tasks import compile_spec
-from tntrun.metrics_stream import MetricsWriter
-from tntrun.plan import Plan
-from tntrun.watchdog import HEARTBEATS
-from tntrun.zoo import build_dataset, build_model, distributes_automatically
+from tntrun.planning.checkpoints import STATE_PREFIX, CheckpointMeta, config_hash
+from tntrun.planning.plan import Plan
+from tntrun.run_files import FINAL_MODEL, FINAL_WEIGHTS, HEARTBEATS, TENSORBOARD
+from tntrun.tracking.metrics_stream import MetricsWriter
 
 COMPRESSION = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16}
-FINAL_WEIGHTS = "final_weights.npz"
-FINAL_MODEL = "model.keras"
 RANK_SCOPES = ("all_ranks", "master_only")
 
 
@@ -209,6 +207,6 @@ def master_callbacks(
         ))  # fmt: skip
     if cfg.train.tensorboard:
         chosen.append(keras.callbacks.TensorBoard(
-            log_dir=str(run_dir / "tensorboard"), profile_batch=cfg.train.profile_batches or 0
+            log_dir=str(run_dir / TENSORBOARD), profile_batch=cfg.train.profile_batches or 0
         ))  # fmt: skip
     return chosen

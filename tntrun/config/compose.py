@@ -1,0 +1,90 @@
+"""Composing tntrun's config from overrides, without Hydra's command line.
+
+The CLI gets its config from ``@hydra.main``; the Python API composes the
+same config here, with the same schema, checks and user config directory.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from tntrun.config.checks import choice_problems
+from tntrun.config.schema import register
+from tntrun.errors import PlanError
+from tntrun.planning.layout import allocation_layout
+
+CONFIG_MODULE = "tntrun.conf"
+CONFIG_NAME = "config"
+
+
+def user_choices(choices: Mapping[str, Any]) -> dict[str, str]:
+    """Hydra's ``runtime.choices`` without Hydra's own groups and the schemas."""
+    return {g: str(v) for g, v in choices.items()
+            if not g.startswith(("hydra/", "schema/")) and v is not None}  # fmt: skip
+
+
+def compose_config(
+    overrides: Sequence[str], config_dir: str | os.PathLike[str] | None = None
+) -> tuple[DictConfig, dict[str, str], Path]:
+    """(config, group choices, default run directory) for ``overrides``.
+
+    ``config_dir`` adds a user config directory (e.g. ``conf/model/mine.yaml``)
+    to the search path. Raises PlanError for an unknown group choice or a
+    config Hydra cannot compose (typo, wrong type), one line each.
+    """
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    register()
+    dirs = [str(Path(config_dir).expanduser().resolve())] if config_dir else []
+    problems = choice_problems(overrides, dirs)
+    if problems:
+        raise PlanError(problems)
+    search = [f"hydra.searchpath=[file://{dirs[0]}]"] if dirs else []
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
+            cfg = compose(config_name=CONFIG_NAME, overrides=[*overrides, *search],
+                          return_hydra_config=True)  # fmt: skip
+    except Exception as err:  # Hydra's composition errors: the first line names the key
+        raise PlanError(str(err).strip().splitlines()[0]) from None
+    finally:
+        GlobalHydra.instance().clear()
+    choices = user_choices(cfg.hydra.runtime.choices)
+    run_dir = Path(_resolve_run_dir(cfg)).resolve()
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg, choices, run_dir
+
+
+def _resolve_run_dir(cfg: DictConfig) -> str:
+    """Hydra's ``hydra.run.dir`` (conf/config.yaml: the one place for it), resolved."""
+    from hydra.core.utils import setup_globals
+
+    setup_globals()  # Hydra's ${now:} resolver
+    return str(OmegaConf.select(cfg, "hydra.run.dir"))
+
+
+def plain_config(
+    cfg: DictConfig, overrides: Sequence[str], env: Mapping[str, str]
+) -> dict[str, Any]:
+    """The resolved config as plain data, with the user's batch intent applied.
+
+    ``micro_batch_size`` or ``batch_tokens`` derive the global batch, so the
+    config's default ``global_batch_size`` is dropped unless it was overridden too.
+    Inside a Slurm allocation its nodes, tasks and GPUs per node fill the layout
+    keys not given on the command line.
+    """
+    plain = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    given = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+    derives_global = plain.get("micro_batch_size") is not None or plain.get("batch_tokens")
+    if derives_global and "global_batch_size" not in given:
+        plain["global_batch_size"] = None
+    if not plain.get("hosts") and not plain.get("hostfile"):
+        plain.update(allocation_layout(env, given))
+    return plain

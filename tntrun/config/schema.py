@@ -1,0 +1,227 @@
+"""Typed schema of tntrun's config, registered in Hydra's ConfigStore.
+
+Every YAML under ``conf/`` names its schema in its defaults list (for example
+``- /schema/optimizer/adam@_here_``), so a misspelt key or a value of the wrong
+type fails at composition with Hydra's message naming the key. Model and
+dataset schemas live next to their code: each zoo module may declare
+``SCHEMAS = {"<config name>": <dataclass>}``, stored as ``schema/model/<name>``
+or ``schema/dataset/<name>``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+class LrScaling(Enum):
+    linear = "linear"
+    sqrt = "sqrt"
+    none = "none"
+
+
+class ScheduleName(Enum):
+    constant = "constant"
+    warmup_piecewise = "warmup_piecewise"
+    warmup_cosine = "warmup_cosine"
+    inverse_sqrt = "inverse_sqrt"
+
+
+class Compression(Enum):
+    none = "none"
+    fp16 = "fp16"
+
+
+@dataclass
+class OptimizerBase:
+    name: str = MISSING
+    # The learning rate that is right at base_batch_size; scaled to the real global batch.
+    base_lr: float = MISSING
+    base_batch_size: int = 256
+
+
+@dataclass
+class AdamOptimizer(OptimizerBase):
+    name: str = "adam"
+    beta_1: float = 0.9
+    beta_2: float = 0.999
+    epsilon: float = 1e-7
+
+
+@dataclass
+class SgdOptimizer(OptimizerBase):
+    name: str = "sgd"
+    momentum: float = 0.0
+    nesterov: bool = False
+
+
+@dataclass
+class ScheduleConfig:
+    name: ScheduleName = ScheduleName.constant
+    scaling: LrScaling = LrScaling.linear
+    # The schedule's length in epochs (null: train.epochs). A recipe pins it, so that a
+    # shorter run (train.epochs=1, a smoke test) trains the first epochs of the same schedule.
+    epochs: int | None = None
+    warmup_epochs: float = 0.0
+    # Explicit warmup in training steps; overrides warmup_epochs (inverse_sqrt's 4000).
+    warmup_steps: int | None = None
+    # First warmup LR (null: scaled LR / world size, Goyal et al.).
+    warmup_start_lr: float | None = None
+    boundaries_epochs: list[float] = field(default_factory=list)
+    decay_rate: float = 0.1
+    # warmup_cosine: final LR as a fraction of the scaled LR.
+    final_lr_fraction: float = 0.0
+    # inverse_sqrt: the model width in d_model^-0.5.
+    d_model: int = 512
+
+
+@dataclass
+class HorovodConfig:
+    # Tensor fusion buffer in KB (Tarantella's unit); 0 disables fusion, null keeps Horovod's.
+    fusion_threshold_kb: int | None = None
+    cycle_time_ms: float | None = None
+    autotune: bool = False
+    # Write a Horovod timeline (timeline.json in the run directory).
+    timeline: bool = False
+    compression: Compression = Compression.none
+    hierarchical_allreduce: bool = False
+    # Gradient accumulation: micro-batches per optimizer update (counts into the batch).
+    backward_passes_per_step: int = 1
+    start_timeout: int = 60
+    # Multi-host: the NIC the ranks talk over (same name on every host), and how to ssh in.
+    network_interface: str | None = None
+    ssh_port: int | None = None
+    ssh_identity_file: str | None = None
+
+
+@dataclass
+class TrackingConfig:
+    # The tracker class (tntrun.tracking.Tracker); MLflow by default.
+    _target_: str = "tntrun.tracking.mlflow_tracker.MlflowTracker"
+    uri: str | None = None
+    experiment_name: str = "tntrun"
+    run_name: str | None = None
+    # The final metric a job returns to Hydra (what a sweeper such as Optuna optimises).
+    objective: str = "val_accuracy"
+    # Log loss, LR and samples/s every N training steps (0: only per epoch).
+    log_every_steps: int = 20
+    # MLflow system metrics (CPU, memory, disk, network; GPU with nvidia-ml-py) from rank 0.
+    system_metrics: bool = True
+    system_metrics_interval_s: float = 10.0
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 20
+    epochs_between_evals: int = 1
+    # Drop the samples past the last full global batch, or pad it with zero-weight samples.
+    drop_remainder: bool = True
+    # Compare a weight checksum across ranks after the first step and every N epochs.
+    check_sync_every_epochs: int = 1
+    # Label smoothing of the translation loss (Vaswani et al.: 0.1).
+    label_smoothing: float = 0.0
+    # Translation: BLEU on this many validation sentences (0: all) with this beam (1: greedy).
+    bleu_max_sentences: int = 1000
+    bleu_beam_size: int = 1
+    # End the job when no rank made progress for this long (s); 0 disables the watchdog.
+    stall_timeout_s: float = 600.0
+    # TensorBoard logs in <run_dir>/tensorboard (master rank).
+    tensorboard: bool = False
+    # Profile these training batches into TensorBoard, e.g. "5,8" (needs tensorboard=true).
+    profile_batches: str | None = None
+
+
+@dataclass
+class CheckpointConfig:
+    # Master rank writes model + optimizer state every N epochs (0: never).
+    every_epochs: int = 1
+    # Checkpoints kept in <run_dir>/checkpoints (older ones are deleted).
+    keep: int = 2
+
+
+@dataclass
+class TntrunConfig:
+    """The primary config. Layout keys are top-level: ``tntrun nodes=2 gpus=4``."""
+
+    model: Any = MISSING
+    dataset: Any = MISSING
+    optimizer: Any = MISSING
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    horovod: HorovodConfig = field(default_factory=HorovodConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    # Extra Keras callbacks: name -> {_target_: ..., ranks: master_only|all_ranks, ...}.
+    callbacks: dict[str, Any] = field(default_factory=dict)
+
+    # Samples per optimizer step over all ranks (Tarantella's semantics) ...
+    global_batch_size: int | None = None
+    # ... or per rank; the other one is derived. Both given must agree.
+    micro_batch_size: int | None = None
+    # ... or in tokens for sequence data (the seed's Transformer): sentences = tokens // length.
+    batch_tokens: int | None = None
+    val_micro_batch_size: int | None = None
+    seed: int = 42
+    # TensorFlow op determinism: identical results for identical configs (slower).
+    deterministic: bool = False
+    # Continue a run from its last checkpoint: a run directory or an MLflow run id.
+    resume: str | None = None
+    # Allow resuming with another world size or global batch (LR and steps are re-planned).
+    resume_allow_layout_change: bool = False
+
+    nodes: int = 1
+    gpus: int = 0
+    ranks_per_node: int = 2
+    threads_per_rank: int | None = None
+    sockets_per_node: int | None = None
+    pin_to_socket: bool = False
+    hosts: list[str] | None = None
+    hostfile: str | None = None
+
+    # horovodrun (ssh/local), srun (inside a Slurm allocation) or a Launcher's dotted path.
+    launcher: str = "horovodrun"
+    dry_run: bool = False
+    # After training, profile compute and allreduce on the ranks and predict step time and
+    # scaling efficiency on 1..1024 ranks (ring-allreduce alpha-beta model; BENCHMARKS.md).
+    predict_scaling: bool = False
+    output_root: str = "outputs"
+
+
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "schema/optimizer": {"adam": AdamOptimizer, "sgd": SgdOptimizer},
+    "schema/schedule": {"schedule": ScheduleConfig},
+    "schema/horovod": {"horovod": HorovodConfig},
+    "schema/tracking": {"tracking": TrackingConfig},
+}
+
+
+def zoo_schemas(package: str) -> dict[str, Any]:
+    """The ``SCHEMAS`` (config name -> dataclass) declared by each module of a zoo package.
+
+    Zoo modules import TensorFlow lazily, so collecting them stays cheap.
+    """
+    found: dict[str, Any] = {}
+    zoo = importlib.import_module(package)
+    for module in pkgutil.iter_modules(zoo.__path__):
+        found.update(getattr(importlib.import_module(f"{package}.{module.name}"), "SCHEMAS", {}))
+    return found
+
+
+def register() -> None:
+    """Store every schema, the zoos' included, in Hydra's ConfigStore (idempotent)."""
+    store = ConfigStore.instance()
+    store.store(name="tntrun_schema", node=TntrunConfig, provider="tntrun")
+    groups = {
+        **SCHEMAS,
+        "schema/model": zoo_schemas("tntrun.models"),
+        "schema/dataset": zoo_schemas("tntrun.datasets"),
+    }
+    for group, nodes in groups.items():
+        for name, node in nodes.items():
+            store.store(group=group, name=name, node=node, provider="tntrun")

@@ -1,0 +1,156 @@
+"""User code named by ``_target_``: found in the working directory and checked before launch.
+
+The driver and every rank import user modules as ``python -m`` would: the
+working directory comes first on ``sys.path``. A builder's parameters are read
+from its source (no import, so the driver never imports TensorFlow through a
+user's model file), falling back to importing it when the source does not say.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+
+from tntrun.errors import PlanError
+
+
+def add_user_path(directory: str | os.PathLike[str] | None = None) -> str:
+    """Put ``directory`` (default: the working directory) first on ``sys.path``; return it."""
+    path = str(Path(directory or os.getcwd()).resolve())
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    return path
+
+
+@dataclass(frozen=True)
+class Parameters:
+    """The keyword parameters a callable takes."""
+
+    names: frozenset[str]
+    required: frozenset[str]
+    any_keyword: bool  # takes **kwargs
+
+
+def _from_args(args: ast.arguments, skip_self: bool) -> Parameters:
+    positional = [*args.posonlyargs, *args.args]
+    if skip_self and positional:
+        positional = positional[1:]
+    with_default = positional[len(positional) - len(args.defaults) :] if args.defaults else []
+    pairs = zip(args.kwonlyargs, args.kw_defaults, strict=True)
+    kwonly_required = {a.arg for a, default in pairs if default is None}
+    names = {a.arg for a in [*positional, *args.kwonlyargs]}
+    required = {a.arg for a in positional if a not in with_default} | kwonly_required
+    return Parameters(frozenset(names), frozenset(required), args.kwarg is not None)
+
+
+def _from_source(path: Path, attr: str) -> Parameters | None:
+    """Parameters of top-level ``def attr`` or ``class attr`` (its ``__init__``), from source."""
+    try:
+        tree = ast.parse(path.read_text())
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == attr:
+            return _from_args(node.args, skip_self=False)
+        if isinstance(node, ast.ClassDef) and node.name == attr:
+            if node.bases or node.decorator_list:
+                return None  # inherited or generated __init__: ask the class itself
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+                    return _from_args(item.args, skip_self=True)
+            return Parameters(frozenset(), frozenset(), False)
+    return None
+
+
+def _from_object(module: str, attr: str) -> Parameters | None:
+    target = getattr(importlib.import_module(module), attr, None)
+    if target is None:
+        return None
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):
+        return Parameters(frozenset(), frozenset(), True)  # cannot tell: accept
+    names, required, any_keyword = set(), set(), False
+    for param in signature.parameters.values():
+        if param.kind is param.VAR_KEYWORD:
+            any_keyword = True
+        elif param.kind is not param.VAR_POSITIONAL:
+            names.add(param.name)
+            if param.default is param.empty:
+                required.add(param.name)
+    return Parameters(frozenset(names), frozenset(required), any_keyword)
+
+
+def packaged_options(group: str) -> list[str]:
+    folder = files("tntrun.conf") / group
+    return sorted(
+        p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml")
+    )
+
+
+def find_target(group: str, target: str) -> Parameters:
+    """The parameters of ``target`` (module.attr), or PlanError when it cannot be found."""
+    module, _, attr = target.rpartition(".")
+    try:
+        spec = importlib.util.find_spec(module) if module else None
+    except (ModuleNotFoundError, ValueError):
+        spec = None
+    if spec is None:
+        raise PlanError(
+            f"{group}._target_={target}: module {module or '?'} not found in the working "
+            f"directory or the installed packages; tntrun's {group}s: "
+            f"{', '.join(packaged_options(group))}"
+        )
+    found = None
+    if spec.origin and spec.origin.endswith(".py"):
+        found = _from_source(Path(spec.origin), attr)
+    if found is None:
+        found = _from_object(module, attr)
+    if found is None:
+        raise PlanError(f"{group}._target_={target}: {module} has no {attr}")
+    return found
+
+
+def check_target(
+    group: str, target: str, keys: Iterable[str], supplied: Iterable[str] = (),
+    choice: str | None = None,
+) -> None:  # fmt: skip
+    """Refuse a target whose parameters do not take the config's keys.
+
+    ``keys`` are the config's ``<group>.*`` keys passed as keyword arguments,
+    ``supplied`` those tntrun passes itself (a model's input_shape and num_classes).
+    """
+    params = find_target(group, target)
+    name = target.rpartition(".")[2]
+    keys, supplied = set(keys), set(supplied)
+    if not params.any_keyword:
+        missing_supplied = sorted(supplied - params.names)
+        if missing_supplied:
+            raise PlanError(
+                f"{group}._target_={target}: {name}() must take {', '.join(missing_supplied)} "
+                f"(tntrun passes them from the dataset): add them to its parameters"
+            )
+        unknown = sorted(keys - params.names)
+        if unknown:
+            origin = f" (kept from {group}={choice})" if choice else ""
+            drop = " ".join(f"~{group}.{key}" for key in unknown)
+            raise PlanError(
+                f"{group}._target_={target}: {name}() takes no {', '.join(unknown)}{origin}: "
+                f"drop them ({drop}) or give your {group} its own config file "
+                f"({group}/<name>.yaml in a --config-dir)"
+            )
+    needed = sorted(params.required - keys - supplied)
+    if needed:
+        adds = " ".join(f"+{group}.{key}=..." for key in needed)
+        raise PlanError(
+            f"{group}._target_={target}: {name}() needs {', '.join(needed)}, which the config "
+            f"does not set: add {adds}"
+        )

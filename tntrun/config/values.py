@@ -1,0 +1,61 @@
+"""Range checks of single config values that the schema's types cannot express.
+
+Pure: a resolved config (plain mapping) in, one line per problem out, each
+naming the key and a value that works. The planner reports them together with
+its own layout and batch checks, before any rank starts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+SEED_LIMIT = 2**32  # NumPy's seed range
+
+
+def _positive_finite(value: Any) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value) and value > 0
+
+
+def _at_least(low: float) -> Callable[[Any], bool]:
+    return lambda value: value is None or value >= low
+
+
+# (dotted key, accepts the value, what to give instead)
+RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+    ("optimizer.base_lr", _positive_finite, "give a positive, finite learning rate, e.g. 0.1"),
+    ("optimizer.base_batch_size", _at_least(1), "give the batch size base_lr is meant for"),
+    ("seed", lambda v: 0 <= v < SEED_LIMIT, f"use a seed in [0, {SEED_LIMIT})"),
+    ("val_micro_batch_size", _at_least(1),
+     "use 1 or more samples per rank, or null for the training micro-batch"),
+    ("batch_tokens", _at_least(1), "use 1 or more tokens, or null"),
+    ("train.epochs_between_evals", _at_least(1), "evaluate every 1 or more epochs"),
+    ("train.check_sync_every_epochs", _at_least(0), "use 0 (never) or more"),
+    ("train.stall_timeout_s", _at_least(0), "use 0 (no watchdog) or a positive time"),
+    ("train.label_smoothing", lambda v: 0 <= v < 1, "choose a value in [0, 1)"),
+    ("checkpoint.every_epochs", _at_least(0), "use 0 (never) or more"),
+    ("checkpoint.keep", _at_least(1), "keep 1 or more checkpoints"),
+    ("tracking.log_every_steps", _at_least(0), "use 0 (per epoch only) or more"),
+    ("tracking.system_metrics_interval_s", lambda v: v > 0, "give a positive interval"),
+)  # fmt: skip
+
+
+def lookup(cfg: Mapping[str, Any], dotted: str) -> Any:
+    """The value at ``a.b.c`` (None when a level is missing)."""
+    value: Any = cfg
+    for part in dotted.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def value_problems(cfg: Mapping[str, Any]) -> list[str]:
+    """One line per value out of its range."""
+    problems = []
+    for key, accepts, fix in RULES:
+        value = lookup(cfg, key)
+        if (key == "optimizer.base_lr" or value is not None) and not accepts(value):
+            problems.append(f"{key}={value}: {fix}")
+    return problems

@@ -1,0 +1,90 @@
+"""Building the configured dataset and model (shared by the driver and the ranks).
+
+The driver sizes the dataset (``info()``) and vets both targets before launch;
+the ranks build them for real. Targets may be tntrun's zoo or the user's own
+modules in the working directory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hydra.utils import get_class, instantiate
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue
+
+from tntrun.config.user_code import check_target
+from tntrun.datasets.base import DatasetInfo
+from tntrun.errors import PlanError
+from tntrun.models.base import SIZED_BY_DATASET
+
+# Dataset keys that steer the engine rather than the dataset's constructor.
+ENGINE_KEYS = ("distribute",)
+
+
+def _dataset_args(cfg: DictConfig) -> dict[str, Any]:
+    return {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items()
+            if k not in ENGINE_KEYS}  # fmt: skip
+
+
+def build_dataset(cfg: DictConfig) -> Any:
+    """The dataset object named by ``dataset._target_``."""
+    return instantiate(_dataset_args(cfg))
+
+
+def distributes_automatically(cfg: DictConfig) -> bool:
+    """False when the dataset shards and batches itself (``dataset.distribute=false``)."""
+    return bool(cfg.get("distribute", True))
+
+
+def build_model(cfg: DictConfig, info: DatasetInfo) -> Any:
+    """The model named by ``model._target_``, sized for the dataset."""
+    return instantiate(cfg, input_shape=info.input_shape, num_classes=info.num_classes)
+
+
+def check_targets(cfg: DictConfig, choices: dict[str, str]) -> None:
+    """Both targets exist and take the config's keys (PlanError naming the keys otherwise)."""
+    model_keys = [k for k in cfg.model if k != "_target_"]
+    check_target("model", cfg.model._target_, model_keys, SIZED_BY_DATASET, choices.get("model"))
+    dataset_keys = [k for k in cfg.dataset if k not in ("_target_", *ENGINE_KEYS)]
+    check_target("dataset", cfg.dataset._target_, dataset_keys, (), choices.get("dataset"))
+
+
+@dataclass(frozen=True)
+class SizedDataset:
+    """The dataset's sizes for planning, and whether they were assumed (data not present)."""
+
+    info: DatasetInfo
+    assumed: str | None = None  # why the published sizes stand in, for the dry run
+    dataset: Any = None
+
+
+def size_dataset(cfg: DictConfig, allow_published: bool) -> SizedDataset:
+    """Build the dataset and read its ``info()``.
+
+    Without its data (a missing mandatory key or path), ``allow_published``
+    (a dry run) plans with the dataset's published sizes when it has them;
+    otherwise the missing key is one config error.
+    """
+    try:
+        dataset = build_dataset(cfg)
+        return SizedDataset(dataset.info(), dataset=dataset)
+    except MissingMandatoryValue as err:
+        missing = f"dataset.{err.full_key}" if err.full_key else "a dataset key"
+        problem = f"{missing} is not set: give {missing}=<path>"
+    except FileNotFoundError as err:
+        problem, missing = str(err), str(err).split("=", 1)[0]
+    except Exception as err:  # a dataset's own argument check
+        raise PlanError(f"dataset: {err.__cause__ or err}") from None
+    published = getattr(get_class(cfg._target_), "published_info", None)
+    if not (allow_published and published):
+        raise PlanError(problem)
+    known = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
+             .items() if k != "_target_" and v != "???"}  # fmt: skip
+    info = published(**known)
+    return SizedDataset(info, assumed=(
+        f"{missing} is not there yet: planned with the published sizes "
+        f"({info.num_train:,} train / {info.num_val:,} validation samples, "
+        f"{info.num_classes} classes); a real run reads them from the data"
+    ))  # fmt: skip

@@ -1,0 +1,306 @@
+"""The life of one run on the driver: plan, track, launch, record, end.
+
+Shared by the CLI and the Python API. The driver never imports TensorFlow:
+it plans, writes ``config.yaml`` and ``plan.json`` into the run directory,
+starts the ranks through the configured launcher, opens the tracked run while
+they import TensorFlow, relays rank 0's metrics and always ends the run.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from tntrun import run_files
+from tntrun.config.compose import plain_config
+from tntrun.config.user_code import add_user_path
+from tntrun.config.zoo import check_targets, distributes_automatically, size_dataset
+from tntrun.errors import PlanError
+from tntrun.launch import launcher_for
+from tntrun.launch.clock import process_start_time
+from tntrun.launch.rank_job import LaunchResult, RankJob, StallWatch
+from tntrun.launch.rank_logs import RankLogWriter
+from tntrun.planning.machine import machine_facts
+from tntrun.planning.plan import Plan, build_plan
+from tntrun.planning.resume import ResumedRun, load_resumed_run
+from tntrun.planning.view import plot_schedule, render_plan
+from tntrun.tracking import Tracker, flatten, tracker_for
+from tntrun.tracking.metrics_stream import MetricsRelay
+from tntrun.tracking.run_record import record_outputs, start_tags
+from tntrun.tracking.session import TrackingSession
+
+DRIVER_START = process_start_time()  # ranks report their first step relative to it
+EXIT_CONFIG_ERROR = 2
+EXIT_INTERRUPTED = 130
+SHOWN_METRICS = ("val_accuracy", "val_loss", "bleu", "bleu_uncased")
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A composed config and what it was composed from."""
+
+    config: DictConfig
+    overrides: tuple[str, ...] = ()
+    choices: Mapping[str, str] = field(default_factory=dict)  # group -> option
+    run_dir: Path | None = None
+    parent_run_id: str | None = None  # the sweep's parent run
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What became of a run."""
+
+    status: str  # FINISHED, FAILED, KILLED; INVALID (config error) or PLANNED (dry run)
+    exit_code: int
+    run_dir: Path | None
+    run_id: str | None = None
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    problems: tuple[str, ...] = ()  # the config errors of an INVALID run, one line each
+    plan: Plan | None = None
+
+    def objective(self, key: str) -> float:
+        """The final value of metric ``key`` (NaN unless the run FINISHED with it)."""
+        return float(self.metrics.get(key, "nan")) if self.status == "FINISHED" else float("nan")
+
+
+def config_error(problems: list[str], run_dir: Path | None = None) -> RunResult:
+    return RunResult("INVALID", EXIT_CONFIG_ERROR, run_dir, problems=tuple(problems))
+
+
+def make_plan(exp: Experiment, run_dir: Path, resume: Any = None) -> tuple[Plan, str | None]:
+    """Vet the targets, size the dataset and derive the plan (no TensorFlow).
+
+    Returns the plan and, for a dry run without the data, why its sizes are assumed.
+    """
+    cfg = exp.config
+    check_targets(cfg, dict(exp.choices))
+    sized = size_dataset(cfg.dataset, allow_published=bool(cfg.dry_run))
+    if not distributes_automatically(cfg.dataset):
+        from hydra.utils import get_class
+
+        if not hasattr(get_class(cfg.dataset._target_), "load_for_rank"):
+            raise PlanError(
+                f"dataset.distribute=false needs a dataset with load_for_rank(); "
+                f"{cfg.dataset._target_} has none: set dataset.distribute=true"
+            )
+    plain = plain_config(cfg, exp.overrides, os.environ)
+    return build_plan(plain, sized.info, machine_facts(), run_dir, resume), sized.assumed
+
+
+def dry_run(cfg: DictConfig, plan: Plan, run_dir: Path, assumed: str | None) -> None:
+    """Show the config, the plan and the launch command; start nothing."""
+    print("== Config ==")
+    print(OmegaConf.to_yaml(cfg, resolve=True))
+    print(render_plan(plan))
+    if assumed:
+        print(f"\nnote: {assumed}")
+    print(f"\nLR schedule plot: {plot_schedule(plan, run_dir / run_files.LR_PLOT)}")
+    print("dry run: nothing was launched and no run was tracked")
+
+
+def run(exp: Experiment) -> RunResult:
+    """Plan, track and launch one run (or continue one); never leaves it RUNNING."""
+    cfg = exp.config
+    run_dir = exp.run_dir or Path(cfg.output_root).resolve() / "runs" / "api"
+    add_user_path()  # user modules (model._target_=mymodels.build) from the working directory
+    try:
+        tracker = tracker_for(cfg.tracking, Path(cfg.output_root))
+        resumed = resume_of(exp, tracker) if cfg.resume else None
+        if resumed:
+            exp = Experiment(resumed.config, exp.overrides, exp.choices, exp.run_dir,
+                             exp.parent_run_id)  # fmt: skip
+            cfg = exp.config
+        plan, assumed = make_plan(exp, run_dir, resumed.point if resumed else None)
+    except PlanError as err:
+        return config_error(err.problems, run_dir)
+    if plan.stops_early:
+        print(f"tntrun: note: train.epochs={plan.epochs} trains the first {plan.epochs} of the "
+              f"schedule's {plan.schedule_epochs} epochs (schedule.epochs); the LR follows the "
+              "full schedule and the run stops early", file=sys.stderr)  # fmt: skip
+    if cfg.dry_run:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        dry_run(cfg, plan, run_dir, assumed)
+        return RunResult("PLANNED", 0, run_dir, plan=plan)
+    problems = tracker.problems()
+    if problems:
+        return config_error(problems, run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / run_files.CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    plan.save(run_dir / run_files.PLAN)
+    print(
+        f"tntrun: {plan.world_size} ranks on {', '.join(f'{h}:{s}' for h, s in plan.hosts)}; "
+        f"global batch {plan.global_batch_size} = {plan.world_size} x {plan.micro_batch_size}; "
+        f"{plan.steps_per_epoch} steps/epoch x {plan.epochs} epochs; lr {plan.scaled_lr:g}",
+        flush=True,
+    )
+    return LaunchedRun(exp, plan, run_dir, tracker, resumed).execute()
+
+
+def resume_of(exp: Experiment, tracker: Tracker) -> ResumedRun:
+    """The run ``resume=`` names, with its config and checkpoint."""
+    cfg = exp.config
+
+    def recorded_run_dir(run_id: str) -> str | None:
+        found = tracker_for(cfg.tracking, Path(cfg.output_root))
+        found.attach(run_id)
+        return found.tags().get("run_dir")
+
+    return load_resumed_run(cfg.resume, recorded_run_dir, tracker.store, exp.overrides,
+                            list(exp.choices), bool(cfg.resume_allow_layout_change))  # fmt: skip
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (scancel, kill) ends the run like Ctrl-C: KILLED, ranks stopped."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class LaunchedRun:
+    """One launch of a planned run: the ranks, the tracked run and their ending."""
+
+    def __init__(self, exp: Experiment, plan: Plan, run_dir: Path, tracker: Tracker,
+                 resumed: ResumedRun | None) -> None:  # fmt: skip
+        self.exp, self.cfg, self.plan, self.run_dir = exp, exp.config, plan, run_dir
+        self.tracker, self.resumed = tracker, resumed
+        self.launcher = launcher_for(plan.launcher)
+        self.prefix: str | None = None  # artifact prefix of a resumed run's new outputs
+        self.session: TrackingSession | None = None
+
+    def execute(self) -> RunResult:
+        status, stalled, refused = "FAILED", None, None
+        try:
+            with sigterm_as_interrupt(), self.launcher.running(self.plan, self.cfg) as extra:
+                try:
+                    self.launcher.preflight(self.plan, self.cfg)  # before any rank starts
+                except PlanError as err:  # recorded on a FAILED run, reported as a config error
+                    refused = err.problems
+                    self.open_run()
+                    self.tracker.set_tag("failure.preflight", "\n".join(refused)[:5000])
+                else:
+                    outcome = self.follow(extra)
+                    status, stalled = outcome.status, outcome.stalled
+        except KeyboardInterrupt:
+            status = "KILLED"
+        finally:
+            self.end(status, stalled)
+        if refused:
+            result = config_error(refused, self.run_dir)
+            return RunResult(result.status, result.exit_code, self.run_dir, self.tracker.run_id,
+                             problems=result.problems, plan=self.plan)  # fmt: skip
+        return self.report(status)
+
+    def follow(self, extra_env: Mapping[str, str]) -> LaunchResult:
+        """Start the ranks, open the tracked run meanwhile, relay until the ranks end."""
+        env = {**dict(self.plan.launch_env), **extra_env,
+               run_files.ENV_DRIVER_START: repr(DRIVER_START),
+               run_files.ENV_USER_PATH: os.getcwd()}  # fmt: skip
+        self.job = RankJob(
+            self.plan.launch_command, env, self.run_dir / run_files.RANKS_LOG,
+            RankLogWriter(self.run_dir / run_files.LOGS),
+            StallWatch(self.run_dir / run_files.HEARTBEATS, self.plan.world_size,
+                       float(self.cfg.train.stall_timeout_s)),
+        )  # fmt: skip
+        # The ranks import TensorFlow now; the store opens meanwhile in a lower-priority thread.
+        self.session = TrackingSession(self.open_run, self.relaying, self.job.terminate)
+        try:
+            return self.job.follow()
+        finally:
+            self.session.close()  # re-raises a failure to open the run
+
+    def open_run(self) -> tuple[Tracker, str | None]:
+        """Create the tracked run (or reopen the resumed one) and log its params."""
+        tracker, plan, run_dir = self.tracker, self.plan, self.run_dir
+        if self.resumed:
+            run_id = tracker.reopen(self.resumed.mlflow_run_id, self.resume_tags())
+            self.prefix = f"resumed-{run_dir.name}"
+        else:
+            tags = start_tags(plan, run_dir, list(self.exp.overrides), dict(self.exp.choices))
+            run_id = tracker.start(self.cfg.tracking.run_name, tags, self.exp.parent_run_id)
+        (run_dir / run_files.RUN_ID).write_text(run_id)
+        if not self.resumed:
+            params = dict(flatten(OmegaConf.to_container(self.cfg, resolve=True,
+                                                         enum_to_str=True)))  # fmt: skip
+            params.update(plan.summary_params())
+            tracker.log_params(params)
+        print(f"tntrun: {tracker.label} run {run_id} in {tracker.store}", flush=True)
+        return tracker, self.prefix
+
+    @contextmanager
+    def relaying(self, tracker: Tracker) -> Iterator[None]:
+        """While the ranks run: rank 0's metrics and this node's system metrics into the run."""
+        tracking = self.cfg.tracking
+        node = socket.gethostname() if self.plan.nodes > 1 else None
+        with (
+            tracker.system_metrics(bool(tracking.system_metrics),
+                                   float(tracking.system_metrics_interval_s), node),
+            MetricsRelay(self.run_dir / run_files.METRICS, tracker.log_metrics),
+        ):  # fmt: skip
+            yield
+
+    def resume_tags(self) -> dict[str, str]:
+        """Tags for a resumed run, recording a layout change when there is one."""
+        plan, before = self.plan, self.resumed.point.meta
+        tags = {"resumed_in": str(self.run_dir)}
+        if (before.world_size, before.global_batch_size) != (plan.world_size,
+                                                             plan.global_batch_size):  # fmt: skip
+            tags["resume.layout_change"] = (
+                f"{before.world_size} ranks, global batch {before.global_batch_size} -> "
+                f"{plan.world_size} ranks, global batch {plan.global_batch_size}; "
+                f"LR {plan.scaled_lr:g}, restarting at step {plan.initial_step}"
+            )
+            print(f"tntrun: resuming with a new layout: {tags['resume.layout_change']}")
+        return tags
+
+    def end(self, status: str, stalled: str | None) -> None:
+        """Stop what still runs, attach the outputs and end the tracked run (never RUNNING)."""
+        job = getattr(self, "job", None)
+        abandoned = self.session is not None and self.session.abandoned  # its thread ends it
+        try:
+            if job is not None:
+                job.stop()
+            if self.tracker.run_id and not abandoned:
+                plot_schedule(self.plan, self.run_dir / run_files.LR_PLOT)  # after the run
+                record_outputs(self.tracker, self.run_dir, status, self.prefix, stalled)
+        finally:
+            if self.tracker.run_id and not abandoned:
+                self.tracker.finish(status)
+
+    def report(self, status: str) -> RunResult:
+        """Print the run's outcome and return it with its final metrics."""
+        tracker = self.tracker
+        if not tracker.run_id or (self.session is not None and self.session.abandoned):
+            return RunResult("KILLED", EXIT_INTERRUPTED, self.run_dir, tracker.run_id,
+                             plan=self.plan)  # fmt: skip
+        metrics = tracker.metrics()
+        print()
+        print(f"tntrun: run {status}")
+        for key in SHOWN_METRICS:
+            if key in metrics:
+                print(f"tntrun: final {key}: {metrics[key]:.4f}")
+        print(f"tntrun: {tracker.label} run id: {tracker.run_id}")
+        print(f"tntrun: run directory: {self.run_dir}")
+        print(f"tntrun: open the {tracker.label} UI with: {shlex.join(tracker.ui_command())}")
+        code = 0 if status == "FINISHED" else 1
+        return RunResult(status, code, self.run_dir, tracker.run_id, metrics, plan=self.plan)

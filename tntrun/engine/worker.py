@@ -1,0 +1,66 @@
+"""Rank-side entry point: ``python -m tntrun.engine.worker <run_dir>`` (started by the launcher).
+
+Reads the resolved config and the plan the driver wrote into the run directory
+(its only inputs), lets the launcher set up this rank, then trains.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+from tntrun import run_files  # noqa: E402
+
+
+def pin_to_socket(plan, argv: list[str]) -> None:
+    """Re-execute this rank under ``numactl``, bound to its socket's cores and memory."""
+    from tntrun.ranks import get_rank
+
+    socket = plan.placements[get_rank()].socket
+    os.environ[run_files.ENV_PINNED] = str(socket)
+    numactl = ["numactl", f"--cpunodebind={socket}", f"--membind={socket}"]
+    os.execvp("numactl", [*numactl, sys.executable, "-m", "tntrun.engine.worker", *argv[1:]])
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python -m tntrun.engine.worker <run_dir>", file=sys.stderr)
+        return 2
+    run_dir = Path(argv[1])
+    from omegaconf import OmegaConf
+
+    from tntrun.config.user_code import add_user_path
+    from tntrun.launch import launcher_for
+    from tntrun.launch.rank_logs import RANK_DONE
+    from tntrun.planning.plan import Plan
+
+    # User modules (model._target_=mymodels.build) import from the driver's working directory.
+    add_user_path(os.environ.get(run_files.ENV_USER_PATH))
+    cfg = OmegaConf.load(run_dir / run_files.CONFIG)
+    plan = Plan.load(run_dir / run_files.PLAN)
+    os.environ.update(launcher_for(plan.launcher).rank_setup(plan, os.environ))
+    if plan.pin_to_socket and not os.environ.get(run_files.ENV_PINNED):
+        pin_to_socket(plan, argv)
+
+    from tntrun.engine import runtime
+
+    runtime.init(plan.threads_per_rank, int(cfg.seed), bool(cfg.deterministic))
+    runtime.check_rank_api()
+    from tntrun.engine.trainer import train
+
+    final = train(cfg, plan, run_dir)
+    rank = runtime.hvd.rank()
+    if "mlflow" in sys.modules:  # its import alone would delay the first step by seconds
+        raise RuntimeError(f"rank {rank} imported mlflow: only the driver opens the store")
+    if rank == 0:
+        shown = ", ".join(f"{k}={v:.4f}" for k, v in final.items() if k.startswith("val_"))
+        print(f"training done on {plan.world_size} ranks: {shown}", flush=True)
+    print(f"rank {rank}: {RANK_DONE}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

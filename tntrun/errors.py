@@ -1,0 +1,15 @@
+"""The one error type of bad input: config values that cannot make a valid run."""
+
+from __future__ import annotations
+
+
+class PlanError(ValueError):
+    """One or more config values that cannot make a valid plan, one line each.
+
+    Each line names the key and the fix; the driver prints them as
+    ``tntrun: config error: ...`` and exits 2 before any rank starts.
+    """
+
+    def __init__(self, problems: str | list[str]) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("\n".join(self.problems))

@@ -1,0 +1,94 @@
+"""Launch side: how the ranks are started. One module per launcher, chosen by ``launcher=``.
+
+A launcher owns its command, the environment its ranks get, its pre-flight
+checks, what runs beside the job (srun's rendezvous server) and the set-up a
+rank does before Horovod starts. Adding one is a module with a
+:class:`Launcher` subclass and a line in :data:`LAUNCHERS` (or a dotted path:
+``launcher=mypackage.launchers.MyLauncher``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from tntrun.errors import PlanError
+from tntrun.launch.knobs import HorovodKnob
+
+LAUNCHERS = {
+    "horovodrun": "tntrun.launch.horovodrun.HorovodrunLauncher",
+    "srun": "tntrun.launch.srun.SrunLauncher",
+}
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """Everything a launcher's command depends on (pure data, from the planner)."""
+
+    hosts: tuple[tuple[str, int], ...]
+    world_size: int
+    knobs: tuple[HorovodKnob, ...]
+    worker: tuple[str, ...]  # the rank's command: python -m tntrun.engine.worker <run dir>
+    start_timeout: int = 60
+    cpu_only: bool = True
+    horovodrun: str = "horovodrun"
+    env: Mapping[str, str] = field(default_factory=dict)  # the driver's environment
+
+
+class Launcher:
+    """Starts the ranks of a plan. Subclasses override what differs."""
+
+    name = ""
+
+    def problems(self, spec: LaunchSpec) -> list[str]:
+        """Why this launcher cannot run ``spec`` (pure; the planner reports them)."""
+        return []
+
+    def command(self, spec: LaunchSpec) -> tuple[tuple[str, ...], dict[str, str]]:
+        """The command that starts every rank, and the variables the ranks get (pure)."""
+        raise NotImplementedError
+
+    def preflight(self, plan: Any, cfg: Any) -> None:
+        """Checks with side effects (ssh, servers) before any rank starts; raise PlanError."""
+
+    @contextmanager
+    def running(self, plan: Any, cfg: Any) -> Iterator[dict[str, str]]:
+        """Context around the job; yields variables the ranks also get."""
+        yield {}
+
+    def rank_setup(self, plan: Any, environ: Mapping[str, str]) -> dict[str, str]:
+        """On each rank before Horovod starts: variables to add to its environment."""
+        return {}
+
+
+def base_environment(spec: LaunchSpec) -> dict[str, str]:
+    """What every rank gets, whatever starts it."""
+    # Keras 2 on the ranks (Horovod does not average gradients under Keras 3);
+    # TensorFlow's C++ start-up chatter off (Python errors still surface).
+    env = {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    if spec.cpu_only:
+        env["CUDA_VISIBLE_DEVICES"] = "-1"  # CPU ranks: keep TensorFlow off any GPU
+    return env
+
+
+def launcher_for(name: str) -> Launcher:
+    """The launcher registered as ``name``, or the class at a dotted path."""
+    path = LAUNCHERS.get(name, name)
+    module, _, attr = path.rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module), attr) if module else None
+    except ImportError:
+        found = None
+    if not (isinstance(found, type) and issubclass(found, Launcher)):
+        raise PlanError(
+            f"launcher={name}: choose {' or '.join(LAUNCHERS)} "
+            "(or the dotted path of a tntrun.launch.Launcher subclass)"
+        )
+    return found()
+
+
+def knob_args(knobs: Sequence[HorovodKnob]) -> list[str]:
+    return [arg for knob in knobs for arg in knob.args]

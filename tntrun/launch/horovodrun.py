@@ -1,0 +1,41 @@
+"""``launcher=horovodrun``: Horovod's own launcher, over ssh to remote hosts (Gloo)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from tntrun.launch import Launcher, LaunchSpec, base_environment
+
+
+class HorovodrunLauncher(Launcher):
+    name = "horovodrun"
+
+    def command(self, spec: LaunchSpec) -> tuple[tuple[str, ...], dict[str, str]]:
+        env = base_environment(spec)
+        args: list[str] = []
+        for knob in spec.knobs:
+            if knob.args:
+                args.extend(knob.args)  # horovodrun sets the variables from its flags
+            else:
+                env.update(knob.env)
+        command = (
+            spec.horovodrun, "--gloo", "-np", str(spec.world_size),
+            "-H", ",".join(f"{host}:{slots}" for host, slots in spec.hosts),
+            "--start-timeout", str(spec.start_timeout), *args, *spec.worker,
+        )  # fmt: skip
+        return command, env
+
+    def preflight(self, plan: Any, cfg: Any) -> None:
+        """ssh into every remote host and compare versions before anything starts."""
+        from tntrun.launch.remote_hosts import preflight_hosts
+        from tntrun.tracking.provenance import versions
+
+        found = versions()
+        hvd = cfg.horovod
+        preflight_hosts(
+            [host for host, _ in plan.hosts],
+            sys.executable,  # the ranks' interpreter, at the same path on every host
+            {name: found.get(f"version.{name}") for name in ("tntrun", "tensorflow", "horovod")},
+            hvd.ssh_port, hvd.ssh_identity_file, int(hvd.start_timeout),
+        )  # fmt: skip

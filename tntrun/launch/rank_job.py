@@ -1,0 +1,139 @@
+"""Start the ranks with ``horovodrun`` and relay their output.
+
+The launcher runs in its own process group so that Ctrl-C on the driver stops
+every rank it started, and nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tntrun.launch.rank_logs import RankLogWriter
+from tntrun.launch.watchdog import StallWatchdog
+
+GRACE_SECONDS = 5  # SIGINT first, SIGKILL to what is left after this
+# TensorFlow's import-time messages that no log level silences and that say
+# nothing about the run (CUDA plugin registration in a CPU-only process). They
+# stay in the run's log file; the console skips them.
+START_UP_NOISE = re.compile(
+    r"Unable to register cu(DNN|BLAS|FFT) factory"
+    r"|All log messages before absl::InitializeLog\(\) is called"
+)
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    returncode: int
+    interrupted: bool
+    stalled: str | None = None
+
+    @property
+    def status(self) -> str:
+        """The MLflow run status this outcome maps to."""
+        if self.interrupted:
+            return "KILLED"
+        return "FINISHED" if self.returncode == 0 and not self.stalled else "FAILED"
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """SIGINT the launcher's process group, then SIGKILL what outlives the grace period."""
+    for sig, wait in ((signal.SIGINT, GRACE_SECONDS), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+@dataclass(frozen=True)
+class StallWatch:
+    """Where the ranks' heartbeats are and how long silence may last (0: not watched)."""
+
+    directory: Path
+    world_size: int
+    timeout: float
+
+
+class RankJob:
+    """The launcher process: started at once, followed later.
+
+    Starting it first lets the ranks import TensorFlow while the driver sets up
+    MLflow; :meth:`follow` then tees its output to stdout, ``log_file`` and the
+    per-rank logs until it ends. With ``stall``, a watchdog ends the job when
+    the ranks stop making progress.
+    """
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        env: Mapping[str, str],
+        log_file: Path,
+        rank_logs: RankLogWriter,
+        stall: StallWatch | None = None,
+    ) -> None:
+        self.log_file, self.rank_logs = log_file, rank_logs
+        self._stalled: list[str] = []
+        self.process = subprocess.Popen(
+            list(command),
+            env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
+        )
+        self._watchdog = None
+        if stall is not None and stall.timeout > 0:
+            self._watchdog = StallWatchdog(
+                stall.directory, stall.world_size, stall.timeout, self._on_stall
+            )
+            self._watchdog.start()
+
+    def _on_stall(self, message: str) -> None:
+        self._stalled.append(message)
+        print(f"tntrun: stall watchdog: {message}; stopping the job", flush=True)
+        _stop(self.process)
+
+    def follow(self) -> LaunchResult:
+        """Relay the job's output until it ends (or Ctrl-C stops it)."""
+        process = self.process
+        try:
+            with self.log_file.open("w") as log:
+                assert process.stdout is not None
+                for line in process.stdout:
+                    log.write(line)
+                    self.rank_logs.write(line)
+                    if not START_UP_NOISE.search(line):
+                        sys.stdout.write(line)
+            code = process.wait()
+            stalled = self._stalled[0] if self._stalled else None
+            return LaunchResult(code, interrupted=False, stalled=stalled)
+        except KeyboardInterrupt:
+            _stop(process)
+            return LaunchResult(process.returncode or 130, interrupted=True)
+        finally:
+            self.stop()
+
+    def terminate(self) -> None:
+        """Stop the ranks from another thread; :meth:`follow` then returns."""
+        _stop(self.process)
+
+    def stop(self) -> None:
+        """Stop the watchdog and whatever still runs of the job (idempotent)."""
+        if self._watchdog is not None:
+            self._watchdog.stop()
+        if self.process.poll() is None:
+            _stop(self.process)
+        self.rank_logs.close()

@@ -1,0 +1,104 @@
+"""Pre-flight for multi-host runs: every remote host answers ssh and runs our stack.
+
+Run by the driver before any rank starts, so an unreachable host, a wrong ssh
+port or key, or a host with other versions is one clear error naming the host,
+not a Horovod stack trace after a timeout.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import shlex
+import socket
+import subprocess
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from tntrun.planning.plan import PlanError
+
+# Printed by the remote python: the versions that must match this machine's.
+PROBE = (
+    "import importlib.metadata as m, json\n"
+    "def v(*names):\n"
+    "    for n in names:\n"
+    "        try: return m.version(n)\n"
+    "        except m.PackageNotFoundError: pass\n"
+    "print(json.dumps({'tntrun': v('tntrun'), 'tensorflow': v('tensorflow-cpu', 'tensorflow'),"
+    " 'horovod': v('horovod')}))"
+)
+
+
+def local_addresses() -> set[str]:
+    """Names and addresses that mean this machine (horovodrun starts those without ssh)."""
+    import psutil
+
+    found = {"localhost", socket.gethostname(), socket.getfqdn()}
+    for addresses in psutil.net_if_addrs().values():
+        found.update(a.address for a in addresses if a.family in (socket.AF_INET, socket.AF_INET6))
+    return found
+
+
+def is_local(host: str, local: set[str]) -> bool:
+    if host in local:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def ssh_command(host: str, port: int | None, identity: str | None, timeout: int) -> list[str]:
+    command = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+               "-o", f"ConnectTimeout={timeout}"]  # fmt: skip
+    if port:
+        command += ["-p", str(port)]
+    if identity:
+        command += ["-i", identity]
+    return [*command, host]
+
+
+def check_host(host: str, python: str, expected: Mapping[str, str | None], port: int | None,
+               identity: str | None, timeout: int) -> str | None:  # fmt: skip
+    """The problem with ``host`` as one line, or None when it is ready."""
+    remote = f"{shlex.quote(python)} -c {shlex.quote(PROBE)}"
+    try:
+        done = subprocess.run([*ssh_command(host, port, identity, timeout), remote],
+                              capture_output=True, text=True, timeout=timeout + 5)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return (f"host {host}: no ssh answer within {timeout} s (horovod.start_timeout): "
+                "check the host name, horovod.ssh_port and the network")  # fmt: skip
+    if done.returncode == 255:
+        why = (done.stderr.strip().splitlines() or ["ssh failed"])[-1]
+        port_text = f"port {port}" if port else "port 22"
+        return (f"host {host}: unreachable by ssh ({port_text}): {why}; check hosts, "
+                "horovod.ssh_port and horovod.ssh_identity_file")  # fmt: skip
+    if done.returncode != 0:
+        why = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return (f"host {host}: {python} does not run there ({why}): install the same "
+                "environment at the same path on every host")  # fmt: skip
+    try:
+        found = json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return f"host {host}: unexpected answer from {python}: {done.stdout[-200:]!r}"
+    different = [f"{k} {found.get(k)} (here {v})" for k, v in expected.items() if found.get(k) != v]
+    if different:
+        return (f"host {host} runs {', '.join(different)}: install the same versions "
+                "on every host")  # fmt: skip
+    return None
+
+
+def preflight_hosts(hosts: Sequence[str], python: str, versions: Mapping[str, str | None],
+                    port: int | None, identity: str | None, timeout: int) -> None:  # fmt: skip
+    """Raise PlanError listing every remote host that is not ready (checked in parallel)."""
+    local = local_addresses()
+    remote = [h for h in hosts if not is_local(h, local)]
+    if not remote:
+        return
+    with ThreadPoolExecutor(max_workers=min(16, len(remote))) as pool:
+        problems = pool.map(
+            lambda h: check_host(h, python, versions, port, identity, timeout), remote
+        )
+    found = [p for p in problems if p]
+    if found:
+        raise PlanError(found)

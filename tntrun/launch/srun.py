@@ -1,0 +1,102 @@
+"""``launcher=srun``: Slurm starts the ranks inside an allocation; tntrun serves the rendezvous.
+
+Every Slurm task runs ``python -m tntrun.engine.worker``; before Horovod starts,
+the rank maps SLURM_PROCID and friends to the HOROVOD_* variables horovodrun
+would have set (:func:`horovod_env`). The ranks meet at a Gloo rendezvous
+server the driver runs beside the job (``tntrun.launch.rendezvous_server``,
+a child process, so the driver never imports Horovod). Horovod knobs reach the
+ranks as HOROVOD_* variables.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from tntrun.launch import Launcher, LaunchSpec, base_environment
+
+
+class SrunLauncher(Launcher):
+    name = "srun"
+
+    def problems(self, spec: LaunchSpec) -> list[str]:
+        if not spec.env.get("SLURM_JOB_NODELIST"):
+            return ["launcher=srun needs a Slurm allocation (salloc/sbatch): no "
+                    "SLURM_JOB_NODELIST here; use launcher=horovodrun"]  # fmt: skip
+        return []
+
+    def command(self, spec: LaunchSpec) -> tuple[tuple[str, ...], dict[str, str]]:
+        env = base_environment(spec)
+        for knob in spec.knobs:
+            if knob.launcher_only in (None, self.name):
+                env.update(knob.env)
+        command = (
+            "srun", f"--nodes={len(spec.hosts)}", f"--ntasks={spec.world_size}",
+            f"--ntasks-per-node={spec.hosts[0][1]}", "--distribution=block",
+            "--kill-on-bad-exit=1", "--label", *spec.worker,
+        )  # fmt: skip
+        return command, env
+
+    @contextmanager
+    def running(self, plan: Any, cfg: Any) -> Iterator[dict[str, str]]:
+        """Run the Gloo rendezvous server for the plan's hosts; yield the ranks' variables."""
+        hosts = ",".join(f"{host}:{slots}" for host, slots in plan.hosts)
+        server = subprocess.Popen(
+            [sys.executable, "-m", "tntrun.launch.rendezvous_server", hosts],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            line = server.stdout.readline().split()
+            if len(line) != 2 or line[0] != "port":
+                raise RuntimeError(f"the rendezvous server did not start (said {line!r})")
+            yield {"HOROVOD_GLOO_RENDEZVOUS_ADDR": driver_address(cfg.horovod.network_interface),
+                   "HOROVOD_GLOO_RENDEZVOUS_PORT": line[1]}  # fmt: skip
+        finally:
+            server.stdin.close()
+            try:
+                server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+
+    def rank_setup(self, plan: Any, environ: Mapping[str, str]) -> dict[str, str]:
+        return horovod_env(environ, plan.hosts)
+
+
+def driver_address(network_interface: str | None) -> str:
+    """The address ranks reach the driver at: the NIC's IPv4, else the hostname's."""
+    if network_interface:
+        import psutil
+
+        for address in psutil.net_if_addrs().get(network_interface, []):
+            if address.family == socket.AF_INET:
+                return address.address
+        raise RuntimeError(f"horovod.network_interface={network_interface} has no IPv4 address")
+    return socket.gethostbyname(socket.gethostname())
+
+
+def horovod_env(slurm: Mapping[str, str], hosts: Sequence[tuple[str, int]]) -> dict[str, str]:
+    """HOROVOD_* rank variables for this Slurm task (block distribution over ``hosts``)."""
+    rank, size = int(slurm["SLURM_PROCID"]), int(slurm["SLURM_NTASKS"])
+    node = int(slurm.get("SLURM_NODEID", 0))
+    local_rank = int(slurm.get("SLURM_LOCALID", 0))
+    per_node = hosts[node][1]
+    if rank != node * per_node + local_rank:
+        raise RuntimeError(
+            f"srun placed task {rank} as local task {local_rank} of node {node}, not in blocks of "
+            f"{per_node}: run srun with --distribution=block (tntrun's launch does)"
+        )
+    return {
+        "HOROVOD_HOSTNAME": hosts[node][0],
+        "HOROVOD_RANK": str(rank),
+        "HOROVOD_SIZE": str(size),
+        "HOROVOD_LOCAL_RANK": str(local_rank),
+        "HOROVOD_LOCAL_SIZE": str(per_node),
+        "HOROVOD_CROSS_RANK": str(node),
+        "HOROVOD_CROSS_SIZE": str(len(hosts)),
+        "HOROVOD_CONTROLLER": "gloo",
+        "HOROVOD_CPU_OPERATIONS": "gloo",
+    }

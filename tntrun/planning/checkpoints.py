@@ -1,0 +1,84 @@
+"""Checkpoint folders of a run: naming, metadata, atomic publication, retention.
+
+Only paths and JSON here (no TensorFlow), so the driver can find and vet a
+checkpoint before it starts ranks. A checkpoint is a folder
+``<run_dir>/checkpoints/epoch-0003/`` holding TensorFlow's checkpoint files
+(model and optimizer state) and ``meta.json``; it appears under that name only
+once complete, because it is written under a temporary name and renamed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from tntrun.run_files import CHECKPOINTS
+
+META = "meta.json"
+STATE_PREFIX = "state"
+# Keys that may change between an interrupted run and its resumption.
+VOLATILE_KEYS = ("train", "dry_run", "output_root", "tracking", "checkpoint", "resume",
+                 "resume_allow_layout_change", "callbacks")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CheckpointMeta:
+    epoch: int  # epochs completed
+    step: int  # training steps taken (the optimizer's iteration counter)
+    world_size: int
+    global_batch_size: int
+    config_hash: str
+
+
+def config_hash(config: Mapping[str, Any]) -> str:
+    """A short hash of the parts of a resolved config that define the training problem."""
+    stable = {k: v for k, v in config.items() if k not in VOLATILE_KEYS}
+    return hashlib.sha256(json.dumps(stable, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def checkpoint_dir(run_dir: Path, epoch: int) -> Path:
+    return run_dir / CHECKPOINTS / f"epoch-{epoch:04d}"
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """Complete checkpoints of a run, oldest first."""
+    root = run_dir / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.glob("epoch-[0-9]*") if (p / META).is_file())
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    found = list_checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+def read_meta(checkpoint: Path) -> CheckpointMeta:
+    return CheckpointMeta(**json.loads((checkpoint / META).read_text()))
+
+
+def publish(
+    run_dir: Path, meta: CheckpointMeta, write_state: Callable[[str], None], keep: int
+) -> Path:
+    """Write a checkpoint under a temporary name, rename it into place, prune old ones.
+
+    ``write_state`` receives the file prefix to write TensorFlow's state to.
+    """
+    final = checkpoint_dir(run_dir, meta.epoch)
+    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    write_state(str(tmp / STATE_PREFIX))
+    (tmp / META).write_text(json.dumps(asdict(meta), indent=2))
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    for old in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:
+        shutil.rmtree(old, ignore_errors=True)
+    return final

@@ -1,0 +1,131 @@
+"""``resume=``: the checkpoint a run continues from, and where in training it continues.
+
+:func:`resume_position` is pure (the planner calls it); :func:`load_resumed_run`
+finds the run directory, rebuilds its config and picks its newest checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from tntrun import run_files
+from tntrun.config.schema import TntrunConfig
+from tntrun.errors import PlanError
+from tntrun.planning.checkpoints import CheckpointMeta, latest_checkpoint, read_meta
+
+RESUME_KEYS = ("resume", "resume_allow_layout_change")
+# A tracked run's id -> the run directory recorded on it; raises LookupError for no such run.
+RunDirLookup = Callable[[str], "str | None"]
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """The checkpoint a run continues from."""
+
+    checkpoint: str
+    meta: CheckpointMeta
+    allow_layout_change: bool = False
+
+
+def resume_position(
+    resume: ResumePoint, *, world: int, global_batch: int, updates_per_epoch: float, epochs: int
+) -> tuple[int, int]:
+    """(epoch, training step) to continue from, after checking the layout still fits."""
+    meta = resume.meta
+    if meta.epoch >= epochs:
+        raise PlanError(
+            f"resume: the checkpoint already completed {meta.epoch} epochs and "
+            f"train.epochs={epochs}: raise train.epochs to train further"
+        )
+    if (meta.world_size, meta.global_batch_size) == (world, global_batch):
+        return meta.epoch, meta.step
+    if not resume.allow_layout_change:
+        raise PlanError(
+            f"resume: the checkpoint was trained on {meta.world_size} ranks with global batch "
+            f"{meta.global_batch_size}, this run has {world} ranks and global batch "
+            f"{global_batch}: keep the layout or set resume_allow_layout_change=true"
+        )
+    return meta.epoch, round(meta.epoch * updates_per_epoch)
+
+
+@dataclass(frozen=True)
+class ResumedRun:
+    run_dir: Path
+    mlflow_run_id: str
+    config: DictConfig
+    point: ResumePoint
+
+
+def find_run_dir(reference: str, lookup: RunDirLookup, store: str) -> Path:
+    """A run directory given as a path, or the one recorded on a tracked run's id."""
+    path = Path(reference).expanduser()
+    if path.is_dir():
+        return path.resolve()
+    try:
+        recorded = lookup(reference)
+    except LookupError:
+        raise PlanError(
+            f"resume={reference}: neither a run directory nor a run id in {store}: "
+            "give the run directory printed by the run"
+        ) from None
+    if not recorded or not Path(recorded).is_dir():
+        raise PlanError(f"resume={reference}: the run's directory {recorded} is gone")
+    return Path(recorded)
+
+
+def merge_overrides(base: DictConfig, overrides: Iterable[str], groups: Iterable[str]) -> None:
+    """Apply the command line's ``key=value`` overrides to a stored config, in place.
+
+    Group choices (``model=...``) cannot change a run being resumed.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    groups = set(groups)
+    for override in parser.parse_overrides(list(overrides)):
+        key = override.key_or_group
+        if key in RESUME_KEYS or key.startswith("hydra."):
+            continue
+        if key in groups:
+            raise PlanError(
+                f"{key}={override.value()}: a resumed run keeps its {key}; "
+                "start a new run to change it"
+            )
+        # Replace, not merge: `callbacks={}` drops the run's extra callbacks.
+        OmegaConf.update(base, key, override.value(), merge=False,
+                         force_add=key.startswith("callbacks."))  # fmt: skip
+
+
+def load_resumed_run(
+    reference: str, lookup: RunDirLookup, store: str, overrides: Iterable[str],
+    groups: Iterable[str], allow_layout_change: bool,
+) -> ResumedRun:  # fmt: skip
+    """Everything the driver needs to continue the referenced run."""
+    run_dir = find_run_dir(reference, lookup, store)
+    checkpoint = latest_checkpoint(run_dir)
+    if checkpoint is None:
+        raise PlanError(
+            f"resume={reference}: {run_dir} holds no complete checkpoint "
+            "(checkpoint.every_epochs=0, or the run stopped before its first one)"
+        )
+    run_id_file = run_dir / run_files.RUN_ID
+    if not run_id_file.is_file():
+        raise PlanError(
+            f"resume={reference}: {run_dir} was not made by tntrun (no {run_files.RUN_ID})"
+        )
+    config = OmegaConf.merge(
+        OmegaConf.structured(TntrunConfig), OmegaConf.load(run_dir / run_files.CONFIG)
+    )
+    merge_overrides(config, overrides, groups)
+    config.resume = reference
+    config.resume_allow_layout_change = allow_layout_change
+    return ResumedRun(
+        run_dir=run_dir,
+        mlflow_run_id=run_id_file.read_text().strip(),
+        config=config,
+        point=ResumePoint(str(checkpoint), read_meta(checkpoint), allow_layout_change),
+    )

@@ -1,0 +1,113 @@
+"""Human views of a plan: the dry-run table and the learning-rate plot."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import numpy as np
+
+from tntrun.planning.plan import Plan
+from tntrun.planning.schedules import learning_rate
+
+
+def _rows(plan: Plan) -> list[tuple[str, str]]:
+    s = plan.schedule
+    hosts = ", ".join(f"{h}:{n}" for h, n in plan.hosts)
+    rows = [
+        ("world size", f"{plan.world_size} = {plan.nodes} node(s) x {plan.ranks_per_node} ranks"),
+        ("hosts:slots", hosts),
+        ("device", f"{plan.gpus_per_node} GPU(s) per node" if plan.gpus_per_node else "CPU"),
+        ("threads per rank", str(plan.threads_per_rank)),
+        ("global batch", f"{plan.global_batch_size} = {plan.world_size} x "
+                         f"{plan.micro_batch_size} (micro-batch)"),
+        ("validation micro-batch", str(plan.val_micro_batch_size)),
+    ]  # fmt: skip
+    if plan.backward_passes_per_step > 1:
+        rows.append(("effective batch", f"{plan.effective_batch_size} = {plan.global_batch_size}"
+                     f" x {plan.backward_passes_per_step} backward passes"))  # fmt: skip
+    rows += [
+        ("samples (train / val)", f"{plan.num_train} / {plan.num_val}"),
+        ("steps per epoch", str(plan.steps_per_epoch)),
+        ("epochs / total steps", f"{plan.epochs} / {plan.total_steps}"),
+    ]  # fmt: skip
+    if plan.stops_early:
+        rows.append(("schedule length", f"{plan.schedule_epochs} epochs ({s.total_steps} steps);"
+                     f" this run stops after epoch {plan.epochs}"))  # fmt: skip
+    rows += [
+        ("optimizer steps", str(plan.optimizer_steps)),
+        ("base LR", f"{plan.base_lr:g} at batch {plan.base_batch_size}"),
+        ("scaled LR", f"{plan.scaled_lr:g} ({plan.lr_scaling} scaling to batch "
+                      f"{plan.effective_batch_size})"),
+        ("schedule", s.name),
+    ]  # fmt: skip
+
+    def epochs(step: int) -> str:
+        return f"{step / plan.steps_per_epoch:g}"
+
+    if s.warmup_steps:
+        rows.append(("warmup steps", f"{s.warmup_steps} ({epochs(s.warmup_steps)} epochs) "
+                     f"from LR {s.warmup_start_lr:g}"))  # fmt: skip
+    if s.boundaries:
+        rows.append(("decay steps", f"{', '.join(map(str, s.boundaries))} (epochs "
+                     f"{', '.join(map(epochs, s.boundaries))}; x{s.decay_rate:g})"))  # fmt: skip
+    steps = s.key_steps()
+    lrs = learning_rate(np.array(steps), s)
+    rows.append(
+        ("LR at steps", ", ".join(f"{st}: {lr:.4g}" for st, lr in zip(steps, lrs, strict=True)))
+    )
+    fusion = plan.fusion_threshold_bytes
+    rows.append(("fusion threshold", "Horovod default (128 MiB)" if fusion is None
+                 else "disabled" if fusion == 0 else f"{fusion} bytes"))  # fmt: skip
+    for knob in plan.horovod:
+        rows.append((f"horovod.{knob.key}", f"{knob.value} -> {knob.describe()}"))
+    return rows
+
+
+def render_plan(plan: Plan) -> str:
+    """The plan table, the rank map, the launch command and its environment."""
+    rows = _rows(plan)
+    width = max(len(k) for k, _ in rows)
+    lines = ["== Plan =="] + [f"{k.ljust(width)}  {v}" for k, v in rows]
+    lines += ["", "== Ranks =="]
+    for p in plan.placements:
+        where = [f"rank {p.rank}", f"host {p.host}", f"local rank {p.local_rank}"]
+        if p.socket is not None:
+            where.append(f"numactl --cpunodebind={p.socket} --membind={p.socket}")
+        if p.gpu is not None:
+            where.append(f"GPU {p.gpu}")
+        lines.append(", ".join(where))
+    lines += ["", "== Launch =="]
+    lines += [f"{k}={shlex.quote(v)}" for k, v in plan.launch_env]
+    lines.append(shlex.join(plan.launch_command))
+    return "\n".join(lines)
+
+
+def plot_schedule(plan: Plan, path: Path) -> Path:
+    """Write the learning rate over every training step as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = np.arange(plan.schedule.total_steps)
+    fig, ax = plt.subplots(figsize=(7, 3.5), dpi=100)
+    ax.plot(steps, learning_rate(steps, plan.schedule), linewidth=1.5)
+    if plan.stops_early:
+        ax.axvline(
+            plan.total_steps,
+            color="tab:red",
+            linestyle="--",
+            linewidth=1,
+            label=f"this run stops (epoch {plan.epochs})",
+        )
+        ax.legend(loc="upper right")
+    ax.set_xlabel(f"training step ({plan.steps_per_epoch} per epoch)")
+    ax.set_ylabel("learning rate")
+    ax.set_title(f"{plan.schedule.name}: peak {plan.scaled_lr:g}, global batch "
+                 f"{plan.effective_batch_size}")  # fmt: skip
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

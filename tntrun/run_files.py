@@ -1,0 +1,43 @@
+"""The run directory's file names and the ``TNTRUN_*`` variables: the driver-rank contract.
+
+The driver writes ``config.yaml`` and ``plan.json`` (the ranks' only inputs)
+into the run directory; the ranks write metrics, heartbeats, logs, checkpoints
+and outputs beside them. Every module names these files through this one.
+"""
+
+from __future__ import annotations
+
+# Written by the driver before launch: the ranks' only inputs.
+CONFIG = "config.yaml"
+PLAN = "plan.json"
+# The MLflow run this directory belongs to (resume finds the run through it).
+RUN_ID = "mlflow_run_id"
+# Written while the ranks run.
+METRICS = "metrics.jsonl"  # rank 0's metrics, relayed into the run by the driver
+HEARTBEATS = "heartbeats"  # folder: rank.<N> progress files for the stall watchdog
+LOGS = "logs"  # folder: rank.<N>.log and launcher.log
+RANKS_LOG = "ranks.log"  # the launcher's combined output
+CHECKPOINTS = "checkpoints"  # folder: epoch-NNNN checkpoints
+# Outputs.
+FINAL_WEIGHTS = "final_weights.npz"
+FINAL_MODEL = "model.keras"
+LR_PLOT = "lr_schedule.png"
+TIMELINE = "horovod_timeline.json"
+AUTOTUNE_LOG = "horovod_autotune.csv"
+TRANSLATIONS = "translations"
+SCALING_PREDICTION = "scaling_prediction"
+TENSORBOARD = "tensorboard"
+HYDRA = ".hydra"
+# Logged to the run as artifacts when present (folders keep their name).
+OUTPUT_FILES = (CONFIG, PLAN, FINAL_MODEL, TIMELINE, AUTOTUNE_LOG, LR_PLOT)
+OUTPUT_FOLDERS = ((HYDRA, "hydra"), (LOGS, LOGS), (TRANSLATIONS, TRANSLATIONS),
+                  (SCALING_PREDICTION, SCALING_PREDICTION))  # fmt: skip
+
+# Environment the driver gives the ranks.
+ENV_DRIVER_START = "TNTRUN_DRIVER_START"  # wall time the driver process started (start-up metric)
+ENV_USER_PATH = "TNTRUN_USER_PATH"  # the driver's working directory: user modules import from it
+ENV_PINNED = "TNTRUN_PINNED_TO_SOCKET"  # set once a rank re-executed itself under numactl
+
+
+def traceback_file(rank: int) -> str:
+    return f"traceback_rank_{rank}.txt"

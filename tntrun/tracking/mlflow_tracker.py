@@ -1,0 +1,157 @@
+"""The MLflow tracker (``tracking._target_``'s default): runs in an MLflow store.
+
+MLflow is imported on first use of the store, not when the tracker is made,
+so the driver starts the ranks first and opens the store while they import
+TensorFlow (:mod:`tntrun.tracking.session`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from tntrun.tracking import MetricPoint
+from tntrun.tracking.store import store_lock, store_problems, tracking_uri
+
+MAX_PARAM_VALUE = 6000  # MLflow truncates longer values.
+PARAMS_PER_BATCH = 100  # MLflow's log_batch limits.
+METRICS_PER_BATCH = 1000
+ARTIFACTS = "mlartifacts"  # under output_root, one folder per experiment
+
+
+class MlflowTracker:
+    """One MLflow run: created in ``tracking.experiment_name`` or attached to by id."""
+
+    label = "MLflow"
+
+    def __init__(self, settings: Mapping[str, Any], output_root: Path) -> None:
+        self.store = tracking_uri(settings.get("uri"), Path(output_root))
+        self.experiment_name = str(settings.get("experiment_name") or "tntrun")
+        self.artifact_root = Path(output_root) / ARTIFACTS
+        self.run_id: str | None = None
+        self._experiment_id: str | None = None
+
+    @classmethod
+    def at(cls, uri: str | None, output_root: Path = Path("outputs")) -> MlflowTracker:
+        """A tracker on ``uri`` (else $MLFLOW_TRACKING_URI, else output_root's store)."""
+        return cls({"uri": uri}, output_root)
+
+    @property
+    def uri(self) -> str:
+        return self.store
+
+    @cached_property
+    def client(self) -> Any:
+        os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+        from mlflow.tracking import MlflowClient  # seconds: only once the ranks are starting
+
+        return MlflowClient(tracking_uri=self.store)
+
+    def problems(self) -> list[str]:
+        return store_problems(self.store)
+
+    @property
+    def experiment_id(self) -> str:
+        """The experiment's id, created if missing (under a lock: parallel drivers)."""
+        if self._experiment_id is None:
+            with store_lock(self.store):
+                experiment = self.client.get_experiment_by_name(self.experiment_name)
+                if experiment is None:
+                    location = (self.artifact_root / self.experiment_name).resolve().as_uri()
+                    self._experiment_id = self.client.create_experiment(
+                        self.experiment_name, location
+                    )
+                else:
+                    self._experiment_id = experiment.experiment_id
+        return self._experiment_id
+
+    def start(
+        self, run_name: str | None, tags: Mapping[str, str], parent_run_id: str | None = None
+    ) -> str:
+        tags = dict(tags)
+        if parent_run_id:
+            tags["mlflow.parentRunId"] = parent_run_id
+        run = self.client.create_run(self.experiment_id, run_name=run_name, tags=tags)
+        self.run_id = run.info.run_id
+        return self.run_id
+
+    def attach(self, run_id: str) -> None:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            run = self.client.get_run(run_id)
+        except MlflowException:
+            raise LookupError(f"no run {run_id} in {self.store}") from None
+        self.run_id, self._experiment_id = run_id, run.info.experiment_id
+
+    def reopen(self, run_id: str, tags: Mapping[str, str]) -> str:
+        self.attach(run_id)
+        self.client.update_run(run_id, status="RUNNING")
+        for key, value in tags.items():
+            self.client.set_tag(run_id, key, value)
+        return run_id
+
+    def children(self) -> list[Any]:
+        """The runs nested under this one."""
+        return self.client.search_runs(
+            [self.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{self.run_id}'"
+        )
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(k, str(v)[:MAX_PARAM_VALUE]) for k, v in params.items()]
+        for start in range(0, len(items), PARAMS_PER_BATCH):
+            self.client.log_batch(self.run_id, params=items[start : start + PARAMS_PER_BATCH])
+
+    def log_metrics(self, points: Sequence[MetricPoint]) -> None:
+        """Log (key, value, timestamp ms, step) points in as few requests as MLflow allows."""
+        from mlflow.entities import Metric
+
+        metrics = [Metric(key, value, t, step) for key, value, t, step in points]
+        for start in range(0, len(metrics), METRICS_PER_BATCH):
+            self.client.log_batch(self.run_id, metrics=metrics[start : start + METRICS_PER_BATCH])
+
+    @contextmanager
+    def system_metrics(self, enabled: bool, interval_s: float,
+                       node_id: str | None) -> Iterator[None]:  # fmt: skip
+        """MLflow's system metrics (psutil) of this node while the job runs."""
+        if not enabled:
+            yield
+            return
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+        monitor = SystemMetricsMonitor(self.run_id, sampling_interval=interval_s,
+                                       node_id=node_id, tracking_uri=self.store)  # fmt: skip
+        monitor.start()
+        try:
+            yield
+        finally:
+            monitor.finish()
+
+    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
+        if path.is_dir():
+            self.client.log_artifacts(self.run_id, str(path), artifact_path)
+        else:
+            self.client.log_artifact(self.run_id, str(path), artifact_path)
+
+    def set_tag(self, key: str, value: str) -> None:
+        self.client.set_tag(self.run_id, key, value)
+
+    def tags(self) -> dict[str, str]:
+        return dict(self.client.get_run(self.run_id).data.tags)
+
+    def finish(self, status: str) -> None:
+        self.client.set_terminated(self.run_id, status=status)
+
+    def metrics(self) -> dict[str, float]:
+        return dict(self.client.get_run(self.run_id).data.metrics)
+
+    def ui_command(self) -> list[str]:
+        from tntrun.tracking.ui import server_command
+
+        return server_command(self.store)

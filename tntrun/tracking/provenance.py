@@ -1,0 +1,85 @@
+"""Where a run came from: code version, library versions, Horovod build (no TensorFlow import)."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+from tntrun.planning.machine import venv_executable
+
+PACKAGES = {"tensorflow": ("tensorflow-cpu", "tensorflow"), "tf_keras": ("tf-keras",),
+            "horovod": ("horovod",), "hydra": ("hydra-core",), "mlflow": ("mlflow",),
+            "tntrun": ("tntrun",)}  # fmt: skip
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tntrun"
+
+
+def versions() -> dict[str, str]:
+    """Installed versions of Python and the stack, read from package metadata."""
+    found = {"version.python": platform.python_version()}
+    for name, distributions in PACKAGES.items():
+        for dist in distributions:
+            try:
+                found[f"version.{name}"] = importlib.metadata.version(dist)
+                break
+            except importlib.metadata.PackageNotFoundError:
+                continue
+    return found
+
+
+def git_tags(directory: Path) -> dict[str, str]:
+    """Commit and dirty flag of the git checkout holding ``directory`` (none outside git)."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(directory), *args], capture_output=True,
+                              text=True, timeout=10, check=True).stdout.strip()  # fmt: skip
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+        root = git("rev-parse", "--show-toplevel")
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return {"mlflow.source.git.commit": commit, "git.dirty": str(dirty).lower(),
+            "git.repo": root}  # fmt: skip
+
+
+def horovod_build() -> dict[str, str]:
+    """``horovodrun --check-build`` (cached per Horovod install) and what Horovod was built for.
+
+    check-build is slow (it imports the frameworks) and can claim frameworks
+    that were not built, so the TensorFlow version from ``metadata.json`` is
+    recorded beside it.
+    """
+    spec = importlib.util.find_spec("horovod")
+    if spec is None or spec.origin is None:
+        return {}
+    metadata = Path(spec.origin).parent / "metadata.json"
+    built_for = (
+        json.loads(metadata.read_text()).get("tensorflow", "?") if metadata.exists() else "?"
+    )
+    key = hashlib.sha256(f"{metadata}:{metadata.stat().st_mtime_ns if metadata.exists() else 0}"
+                         .encode()).hexdigest()[:16]  # fmt: skip
+    cached = CACHE / f"check-build-{key}.txt"
+    if not cached.exists():
+        try:
+            out = subprocess.run(
+                [venv_executable("horovodrun"), "--check-build"],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+            )
+            summary = " ".join(
+                line.strip() for line in out.stdout.splitlines() if line.strip().startswith("[X]")
+            )  # fmt: skip
+        except (OSError, subprocess.SubprocessError) as err:
+            summary = f"unavailable: {err}"
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        cached.write_text(summary)
+    return {"horovod.check_build": cached.read_text(), "horovod.built_for_tensorflow": built_for}

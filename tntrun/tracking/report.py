@@ -1,0 +1,143 @@
+"""Sweep reports: throughput, step time and scaling efficiency versus world size.
+
+``tntrun report <sweep dir | parent run id>`` (also written automatically at
+the end of every ``tntrun -m`` sweep) reads the sweep's child runs from MLflow
+and writes ``report.csv``, ``report.md`` and PNG plots, logged to the parent
+run under ``report/``. Scaling efficiency of a child with world size N is
+T_N / ((N / N_0) x T_0), with T the steady-state throughput (samples/s) and
+N_0, T_0 those of the sweep's smallest world size (the median when several
+children share it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tntrun.tracking.mlflow_tracker import MlflowTracker
+
+COLUMNS = (
+    "run_name", "run_id", "status", "world_size", "nodes", "ranks_per_node",
+    "global_batch_size", "steady_samples_per_s", "steady_step_time_ms", "step_time_p50_ms",
+    "step_time_p95_ms", "epoch_time_s", "scaling_efficiency", "val_accuracy", "val_loss",
+)  # fmt: skip
+
+
+def rows_of(children: Sequence[Any]) -> list[dict[str, Any]]:
+    """One row per child run, sorted by world size, with scaling efficiency filled in."""
+    rows = []
+    for run in children:
+        params, metrics = run.data.params, run.data.metrics
+        row: dict[str, Any] = {
+            "run_name": run.info.run_name, "run_id": run.info.run_id, "status": run.info.status,
+            "world_size": int(params.get("plan.world_size", 0)),
+            "nodes": params.get("nodes"), "ranks_per_node": params.get("plan.ranks_per_node"),
+            "global_batch_size": params.get("plan.global_batch_size"),
+        }  # fmt: skip
+        for key in COLUMNS[7:]:
+            if key in metrics:
+                row[key] = metrics[key]
+        rows.append(row)
+    rows.sort(key=lambda r: (r["world_size"], r["run_name"] or ""))
+    measured = [r for r in rows if r.get("steady_samples_per_s") and r["world_size"]]
+    if measured:
+        base_size = min(r["world_size"] for r in measured)
+        base = statistics.median(
+            r["steady_samples_per_s"] for r in measured if r["world_size"] == base_size
+        )
+        for r in measured:
+            r["scaling_efficiency"] = r["steady_samples_per_s"] / (
+                r["world_size"] / base_size * base
+            )
+    return rows
+
+
+def _markdown(rows: list[dict[str, Any]]) -> str:
+    def cell(value: Any) -> str:
+        return f"{value:.4g}" if isinstance(value, float) else ("" if value is None else str(value))
+
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(cell(r.get(c)) for c in COLUMNS) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _plot(rows: list[dict[str, Any]], key: str, label: str, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = [(r["world_size"], r[key]) for r in rows if key in r]
+    fig, ax = plt.subplots(figsize=(5, 3.5), dpi=100)
+    ax.plot([p[0] for p in points], [p[1] for p in points], "o-")
+    if key == "scaling_efficiency":
+        ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+        ax.set_ylim(0, 1.1)
+    ax.set_xlabel("world size (ranks)")
+    ax.set_ylabel(label)
+    ax.set_xticks(sorted({p[0] for p in points}))
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def write_report(tracker: MlflowTracker, children: Sequence[Any], out_dir: Path) -> Path:
+    """Write the table and plots for ``children`` and log them to the parent run."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = rows_of(children)
+    with (out_dir / "report.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    (out_dir / "report.md").write_text(_markdown(rows))
+    for key, label in (("steady_samples_per_s", "throughput (samples/s)"),
+                       ("steady_step_time_ms", "step time (ms)"),
+                       ("scaling_efficiency", "scaling efficiency")):  # fmt: skip
+        _plot(rows, key, label, out_dir / f"{key}.png")
+    tracker.log_artifact(out_dir, "report")
+    return out_dir
+
+
+def find_parent(reference: str, uri: str | None) -> MlflowTracker:
+    """The parent run of a sweep directory (its marker file) or a parent run id."""
+    from tntrun.tracking.sweep import PARENT_FILE
+
+    marker = Path(reference) / PARENT_FILE
+    run_id = marker.read_text().strip() if marker.exists() else reference
+    tracker = MlflowTracker.at(uri)
+    tracker.attach(run_id)
+    return tracker
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="tntrun report", description="Scaling report of a sweep (tntrun -m ...)."
+    )
+    parser.add_argument("sweep", help="sweep directory (outputs/multirun/...) or parent run id")
+    parser.add_argument(
+        "--tracking-uri",
+        default=None,
+        help="MLflow store (default: $MLFLOW_TRACKING_URI or outputs/mlflow.db)",
+    )
+    parser.add_argument("--out", default=None, help="output folder (default: <sweep dir>/report)")
+    args = parser.parse_args(argv)  # fmt: skip
+    try:
+        tracker = find_parent(args.sweep, args.tracking_uri)
+    except LookupError as err:
+        print(f"tntrun report: {args.sweep} is neither a sweep directory nor a run ({err})")
+        return 2
+    children = tracker.children()
+    if not children:
+        print(f"tntrun report: run {tracker.run_id} has no child runs")
+        return 2
+    default = Path(args.sweep) / "report" if Path(args.sweep).is_dir() else Path("report")
+    out = write_report(tracker, children, Path(args.out) if args.out else default)
+    print((out / "report.md").read_text())
+    print(f"tntrun report: written to {out} and logged to run {tracker.run_id}")
+    return 0

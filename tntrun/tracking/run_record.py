@@ -1,0 +1,61 @@
+"""What the driver records on a run's MLflow entry besides params: tags and artifacts."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+
+from tntrun import run_files
+from tntrun.launch.rank_logs import find_failure
+from tntrun.planning.checkpoints import latest_checkpoint
+from tntrun.planning.plan import Plan
+from tntrun.tracking import Tracker
+from tntrun.tracking.provenance import git_tags, horovod_build, versions
+
+
+def start_tags(
+    plan: Plan, run_dir: Path, overrides: list[str], choices: Mapping[str, str]
+) -> dict[str, str]:
+    """Tags known before launch: code, versions, layout, how it was started."""
+    return {
+        **git_tags(Path.cwd()),
+        **versions(),
+        **horovod_build(),  # also with launcher=srun, whose command is not horovodrun
+        "world_size": str(plan.world_size),
+        "hosts": ",".join(f"{host}:{slots}" for host, slots in plan.hosts),
+        "driver_host": socket.gethostname(),
+        "launch_command": " ".join(plan.launch_command),
+        "run_dir": str(run_dir),
+        "hydra.overrides": " ".join(overrides),
+        **{f"choice.{group}": str(option) for group, option in choices.items()},
+    }
+
+
+def record_outputs(
+    tracker: Tracker, run_dir: Path, status: str, prefix: str | None, stalled: str | None = None
+) -> None:
+    """Attach the run's outputs and, for a failed run, why it failed (traceback or stall)."""
+
+    def path(name: str) -> str | None:
+        return f"{prefix}/{name}" if prefix else name
+
+    for name in run_files.OUTPUT_FILES:
+        if (run_dir / name).exists():
+            tracker.log_artifact(run_dir / name, prefix)
+    for folder, name in run_files.OUTPUT_FOLDERS:
+        if (run_dir / folder).is_dir():
+            tracker.log_artifact(run_dir / folder, path(name))
+    checkpoint = latest_checkpoint(run_dir)
+    if checkpoint is not None:
+        tracker.log_artifact(checkpoint, path(f"checkpoint/{checkpoint.name}"))
+    if stalled:
+        tracker.set_tag("failure.stalled", stalled)
+    elif status == "FAILED":
+        failure = find_failure(run_dir / run_files.LOGS)
+        if failure is not None:
+            report = run_dir / run_files.traceback_file(failure.rank)
+            report.write_text(failure.traceback)
+            tracker.log_artifact(report, prefix)
+            tracker.set_tag("failure.rank", str(failure.rank))
+            tracker.set_tag("failure.last_lines", failure.last_lines[:5000])

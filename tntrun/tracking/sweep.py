@@ -1,0 +1,71 @@
+"""Hydra sweeps (``tntrun -m ...``) as one MLflow parent run with a child run per job.
+
+The parent is created in ``on_multirun_start``, before any job runs, which
+also creates the store and the experiment once, so parallel launchers never
+race on a fresh SQLite file. Jobs find the parent through a file in the sweep
+directory, which works for in-process, forked and cluster launchers alike.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+from tntrun.tracking import Tracker, tracker_for
+
+PARENT_FILE = "mlflow_parent_run_id"
+
+
+def _tracker(config: DictConfig) -> Tracker:
+    return tracker_for(config.tracking, Path(config.output_root))
+
+
+def sweep_parent() -> str | None:
+    """The parent run id of the sweep this job belongs to (None outside a sweep)."""
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode != RunMode.MULTIRUN:
+        return None
+    marker = Path(hydra_cfg.sweep.dir) / PARENT_FILE
+    return marker.read_text().strip() if marker.exists() else None
+
+
+class SweepTracking(Callback):
+    """Opens the sweep's parent run before the jobs and closes it after them."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        tracker = _tracker(config)
+        overrides = " ".join(config.hydra.overrides.task)
+        run_id = tracker.start(
+            f"sweep {sweep_dir.name}",
+            {"tntrun.tracking.sweep": "parent", "sweep_dir": str(sweep_dir.resolve()),
+             "hydra.overrides": overrides},
+        )  # fmt: skip
+        (sweep_dir / PARENT_FILE).write_text(run_id)
+        print(f"tntrun: sweep parent run {run_id} in {tracker.store}")
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        marker = sweep_dir / PARENT_FILE
+        if not marker.exists():
+            return
+        tracker = _tracker(config)
+        tracker.attach(marker.read_text().strip())
+        children = tracker.children()
+        statuses = [child.info.status for child in children]
+        tracker.set_tag("children", str(len(children)))
+        tracker.set_tag("children.finished", str(statuses.count("FINISHED")))
+        from tntrun.tracking.report import write_report
+
+        if children:
+            write_report(tracker, children, sweep_dir / "report")
+        ok = statuses and all(status == "FINISHED" for status in statuses)
+        tracker.finish("FINISHED" if ok else "FAILED")
+        print(f"tntrun: sweep parent run {tracker.run_id}: {statuses.count('FINISHED')}/"
+              f"{len(statuses)} jobs finished; report in {sweep_dir / 'report'}")  # fmt: skip
