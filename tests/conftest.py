@@ -63,3 +63,14 @@ def run_dir_of(result: subprocess.CompletedProcess) -> Path:
         if line.startswith("tntrun: run directory: "):
             return Path(line.removeprefix("tntrun: run directory: "))
     raise AssertionError(f"no run directory in output:\n{result.stdout[-2000:]}")
+
+
+@pytest.fixture
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This test's ``tmp_path`` as working directory, with no MLflow/Horovod settings."""
+    for name in list(os.environ):
+        if name.startswith(("MLFLOW_", "HOROVOD_")):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # add_user_path() stays in this test
+    return tmp_path

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from tntrun import api
+from tntrun.errors import PlanError
+
 CHECKS = [
     (["global_batch_size=63"],
      "global_batch_size=63 is not divisible by the world size 2: use global_batch_size=62 or 64"),
@@ -44,14 +47,41 @@ CHECKS = [
      "horovod.fusion_threshold_kb=-1: use 0 to disable fusion or a positive size"),
     (["schedule.warmup_epochs=2"],
      "schedule.warmup_epochs has no effect with schedule.name=constant"),
+    (["optimizer.base_lr=-0.1"],
+     "optimizer.base_lr=-0.1: give a positive, finite learning rate, e.g. 0.1"),
+    (["optimizer.base_lr=nan"],
+     "optimizer.base_lr=nan: give a positive, finite learning rate, e.g. 0.1"),
+    (["val_micro_batch_size=0"],
+     "val_micro_batch_size=0: use 1 or more samples per rank, or null for the training "
+     "micro-batch"),
+    (["seed=-1"], "seed=-1: use a seed in [0, 4294967296)"),
+    (["checkpoint.keep=0"], "checkpoint.keep=0: keep 1 or more checkpoints"),
+    (["schedule=nosuch"], "schedule=nosuch: no such schedule; available: constant, "
+     "inverse_sqrt, warmup_cosine, warmup_piecewise"),
+    (["optimizer=adamw"], "optimizer=adamw: no such optimizer; available: adam, sgd"),
+    (["model._target_=tntrun.models.cnn.build_cnn"],
+     "model._target_=tntrun.models.cnn.build_cnn: build_cnn() takes no hidden_units "
+     "(kept from model=mlp): start from model=custom"),
+    (["launcher=nosuch"], "launcher=nosuch: choose horovodrun or srun"),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize(("overrides", "message"), CHECKS, ids=[c[1][:40] for c in CHECKS])
-def test_check_exits_2_with_one_clear_line(run_tntrun, tmp_path, overrides, message):
-    result = run_tntrun(*overrides)
-    assert result.returncode == 2, result.stderr
-    assert f"tntrun: config error: {message}" in result.stderr
+def test_check_refuses_with_one_clear_line(in_tmp, overrides, message):
+    """In-process through the Python API: the run is refused before any rank starts."""
+    with pytest.raises(PlanError) as refused:
+        api.run([*overrides, f"output_root={in_tmp / 'outputs'}"])
+    assert any(message in problem for problem in refused.value.problems), refused.value.problems
+    assert all("\n" not in problem for problem in refused.value.problems)
+    assert not (in_tmp / "outputs" / "mlflow.db").exists(), "no run may be tracked"
+
+
+def test_the_command_line_prints_each_problem_on_one_line_and_exits_2(run_tntrun, tmp_path):
+    result = run_tntrun("global_batch_size=63", "horovod.fusion_threshold_kb=-1", "seed=-1")
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if "config error" in line]
+    assert len(errors) == 3, result.stderr
+    assert "tntrun: config error: seed=-1: use a seed in [0, 4294967296)" in errors
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "outputs" / "mlflow.db").exists(), "no MLflow run may be created"
 
@@ -64,19 +94,11 @@ def test_unknown_zoo_names_list_the_available_ones(run_tntrun):
     assert "mlp" in models and "digits" in datasets and "npz" in datasets
 
 
-def test_malformed_hostfile(run_tntrun, tmp_path):
-    hostfile = tmp_path / "hosts"
+def test_malformed_hostfile(in_tmp):
+    hostfile = in_tmp / "hosts"
     hostfile.write_text("alpha slots=2\nbeta gamma\n")
-    result = run_tntrun("nodes=2", f"hostfile={hostfile}")
-    assert result.returncode == 2
-    assert f"hostfile={hostfile} line 2 ('beta gamma') is malformed" in result.stderr
-
-
-def test_several_problems_one_line_each(run_tntrun):
-    result = run_tntrun("global_batch_size=63", "horovod.fusion_threshold_kb=-1")
-    assert result.returncode == 2
-    errors = [line for line in result.stderr.splitlines() if "config error" in line]
-    assert len(errors) == 2
+    with pytest.raises(PlanError, match="line 2 \\('beta gamma'\\) is malformed"):
+        api.plan(["nodes=2", f"hostfile={hostfile}"])
 
 
 @pytest.mark.parametrize(

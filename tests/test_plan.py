@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tntrun.cli import plain_config
+from tntrun.config.compose import plain_config
 from tntrun.planning.plan import (
     DatasetInfo,
     MachineFacts,
@@ -28,7 +28,7 @@ FACTS = MachineFacts(cores_per_node=2, numactl="/usr/bin/numactl")
 
 
 def plan_for(compose_cfg, *overrides: str, data=DIGITS, facts=FACTS) -> Plan:
-    cfg = plain_config(compose_cfg(*overrides), list(overrides))
+    cfg = plain_config(compose_cfg(*overrides), list(overrides), {})
     return build_plan(cfg, data, facts, Path("/runs/x"))
 
 

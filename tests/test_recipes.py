@@ -10,7 +10,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import run_dir_of, store_uri, tntrun_cli
-from tntrun.cli import plain_config
+from tntrun.config.compose import plain_config
 from tntrun.planning.plan import DatasetInfo, MachineFacts, build_plan
 
 IMAGENET = DatasetInfo(1_281_167, 50_000, (224, 224, 3), 1000)
@@ -19,7 +19,7 @@ SEED_LAYOUT = ("nodes=2", "gpus=4", "hosts=[a,b]", "global_batch_size=512")
 
 def test_resnet50_imagenet_plans_the_seeds_numbers(compose_cfg):
     overrides = ("experiment=resnet50_imagenet", "dataset.data_dir=/data", *SEED_LAYOUT)
-    cfg = plain_config(compose_cfg(*overrides), list(overrides))
+    cfg = plain_config(compose_cfg(*overrides), list(overrides), {})
     plan = build_plan(cfg, IMAGENET, MachineFacts(cores_per_node=32), Path("/runs/x"))
     assert (plan.world_size, plan.micro_batch_size) == (8, 64)
     assert plan.scaled_lr == pytest.approx(0.2)
@@ -33,7 +33,7 @@ def test_resnet50_imagenet_plans_the_seeds_numbers(compose_cfg):
 def test_a_one_epoch_smoke_run_keeps_the_recipes_schedule(compose_cfg):
     overrides = ("experiment=resnet50_imagenet", "dataset.data_dir=/data", "train.epochs=1",
                  *SEED_LAYOUT)  # fmt: skip
-    cfg = plain_config(compose_cfg(*overrides), list(overrides))
+    cfg = plain_config(compose_cfg(*overrides), list(overrides), {})
     plan = build_plan(cfg, IMAGENET, MachineFacts(cores_per_node=32), Path("/runs/x"))
     steps = 1_281_167 // 512
     assert (plan.epochs, plan.schedule_epochs, plan.stops_early) == (1, 90, True)
@@ -61,7 +61,7 @@ def test_resnet50_dry_run_shows_the_seeds_numbers(tmp_path):
 
 def test_transformer_big_wmt14_counts_its_batch_in_tokens(compose_cfg):
     overrides = ("experiment=transformer_big_wmt14", "dataset.data_dir=/data", *SEED_LAYOUT[:3])
-    cfg = plain_config(compose_cfg(*overrides), list(overrides))
+    cfg = plain_config(compose_cfg(*overrides), list(overrides), {})
     wmt = DatasetInfo(4_500_000, 3003, (64,), 32000, task="translation")
     plan = build_plan(cfg, wmt, MachineFacts(cores_per_node=32), Path("/runs/x"))
     assert plan.global_batch_size == 32768 // 64 and plan.micro_batch_size == 64

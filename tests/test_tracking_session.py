@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from tntrun.tracking.mlflow_tracker import RunTracker
+from tntrun.tracking.mlflow_tracker import MlflowTracker
 from tntrun.tracking.session import TrackingSession, lower_thread_priority
 
 
 def _new_run(tmp_path: Path):
-    def start() -> tuple[RunTracker, str | None]:
-        tracker = RunTracker.for_experiment(
-            f"sqlite:///{tmp_path / 'mlflow.db'}", "session", tmp_path / "artifacts"
+    def start() -> tuple[MlflowTracker, str | None]:
+        tracker = MlflowTracker(
+            {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment_name": "session"}, tmp_path
         )
         tracker.start("run", {})
         return tracker, "prefix"
@@ -44,7 +44,7 @@ def test_opens_the_run_at_lower_priority_and_relays_until_closed(tmp_path):
     exited = threading.Event()
 
     @contextmanager
-    def while_running(tracker: RunTracker):
+    def while_running(tracker: MlflowTracker):
         priority = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
         entered.append((tracker.run_id, priority))
         yield
@@ -61,7 +61,7 @@ def test_opens_the_run_at_lower_priority_and_relays_until_closed(tmp_path):
 def test_a_failure_to_open_the_run_stops_the_ranks_and_reaches_the_driver():
     stopped = threading.Event()
 
-    def broken() -> tuple[RunTracker, str | None]:
+    def broken() -> tuple[MlflowTracker, str | None]:
         raise RuntimeError("store unreachable")
 
     session = TrackingSession(broken, lambda tracker: None, on_error=stopped.set)
@@ -74,7 +74,7 @@ def test_a_driver_that_stops_waiting_leaves_no_run_running(tmp_path, monkeypatch
     release = threading.Event()
     start = _new_run(tmp_path)
 
-    def slow_start() -> tuple[RunTracker, str | None]:
+    def slow_start() -> tuple[MlflowTracker, str | None]:
         release.wait(30)  # still importing MLflow when the second Ctrl-C arrives
         return start()
 

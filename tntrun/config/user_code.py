@@ -21,6 +21,8 @@ from pathlib import Path
 
 from tntrun.errors import PlanError
 
+BLANK = "custom"  # conf/model/custom.yaml, conf/dataset/custom.yaml: a _target_ and no keys
+
 
 def add_user_path(directory: str | os.PathLike[str] | None = None) -> str:
     """Put ``directory`` (default: the working directory) first on ``sys.path``; return it."""
@@ -141,10 +143,10 @@ def check_target(
         unknown = sorted(keys - params.names)
         if unknown:
             origin = f" (kept from {group}={choice})" if choice else ""
-            drop = " ".join(f"~{group}.{key}" for key in unknown)
             raise PlanError(
                 f"{group}._target_={target}: {name}() takes no {', '.join(unknown)}{origin}: "
-                f"drop them ({drop}) or give your {group} its own config file "
+                f"start from {group}={BLANK} ({group}={BLANK} {group}._target_={target} "
+                f"+{group}.<key>=...) or give your {group} its own config file "
                 f"({group}/<name>.yaml in a --config-dir)"
             )
     needed = sorted(params.required - keys - supplied)

@@ -45,6 +45,12 @@ def build_model(cfg: DictConfig, info: DatasetInfo) -> Any:
 
 def check_targets(cfg: DictConfig, choices: dict[str, str]) -> None:
     """Both targets exist and take the config's keys (PlanError naming the keys otherwise)."""
+    for group, example in (("model", "mymodels.build"), ("dataset", "mydata.MyDataset")):
+        if OmegaConf.is_missing(cfg[group], "_target_"):
+            raise PlanError(
+                f"{group}._target_ is not set: give {group}._target_={example} "
+                "(a module in the working directory or an installed package)"
+            )
     model_keys = [k for k in cfg.model if k != "_target_"]
     check_target("model", cfg.model._target_, model_keys, SIZED_BY_DATASET, choices.get("model"))
     dataset_keys = [k for k in cfg.dataset if k not in ("_target_", *ENGINE_KEYS)]
