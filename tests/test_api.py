@@ -145,6 +145,13 @@ def test_the_dry_run_says_the_sizes_are_assumed(run_tntrun):
     assert "-np 8 -H a:4,b:4" in result.stdout
 
 
+def test_a_glob_sweep_plans_every_match(run_tntrun, tmp_path):
+    result = run_tntrun("-m", "model=glob(resnet1*)", "dry_run=true", "dataset=synthetic_images")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.count("dry run: nothing was launched") == 3  # resnet101, 152, 18
+    assert not (tmp_path / "outputs" / "mlflow.db").exists()
+
+
 @pytest.mark.slow
 def test_run_in_process_on_two_ranks(in_tmp):
     result = api.run(["train.epochs=2", "tracking.system_metrics=false"])

@@ -154,6 +154,25 @@ def test_horovod_knobs_map_to_flags_and_environment(compose_cfg):
     assert plan_for(compose_cfg, "horovod.fusion_threshold_kb=0").fusion_threshold_bytes == 0
 
 
+def test_srun_ranks_get_every_knob_as_a_horovod_variable(compose_cfg):
+    slurm = MachineFacts(cores_per_node=2, env={"SLURM_JOB_NODELIST": "node[1-2]"})
+    knobs = ("horovod.autotune=true", "horovod.timeline=true",
+             "horovod.hierarchical_allreduce=true", "horovod.network_interface=ib0 1",
+             "horovod.ssh_port=2222", "horovod.cycle_time_ms=2")  # fmt: skip
+    plan = plan_for(compose_cfg, "launcher=srun", "nodes=2", *knobs, facts=slurm)
+    env, cmd = dict(plan.launch_env), plan.launch_command
+    assert cmd[0] == "srun" and plan.launcher == "srun"
+    assert env["HOROVOD_AUTOTUNE"] == "1" and env["HOROVOD_HIERARCHICAL_ALLREDUCE"] == "1"
+    assert env["HOROVOD_AUTOTUNE_LOG"] == "/runs/x/horovod_autotune.csv"
+    assert env["HOROVOD_TIMELINE"] == "/runs/x/horovod_timeline.json"
+    assert env["HOROVOD_GLOO_IFACE"] == "ib0 1"  # a value with a space stays one value
+    assert env["HOROVOD_CYCLE_TIME"] == "2" and "-p" not in cmd  # ssh is horovodrun's
+    horovodrun = plan_for(compose_cfg, "horovod.network_interface=ib0 1", "horovod.ssh_port=2222")
+    cmd = horovodrun.launch_command
+    assert cmd[cmd.index("--network-interface") + 1] == "ib0 1" and "2222" in cmd
+    assert Plan.from_json(plan.to_json()) == plan
+
+
 def test_pin_to_socket_places_ranks_round_robin(compose_cfg):
     facts = MachineFacts(cores_per_node=8, sockets_per_node=2, numactl="/usr/bin/numactl")
     plan = plan_for(compose_cfg, "pin_to_socket=true", "ranks_per_node=4", facts=facts)

@@ -68,10 +68,11 @@ def test_srun_launches_the_ranks_inside_an_allocation(tmp_path):
         "--kill-on-bad-exit=1",
         "--label",
     ]
-    assert recorded["env"]["TNTRUN_LAUNCHER"] == "srun"
+    assert recorded["env"]["HOROVOD_GLOO_IFACE"] == "lo"  # the knob as a variable
     assert recorded["env"]["HOROVOD_GLOO_RENDEZVOUS_ADDR"] == "127.0.0.1"
     assert int(recorded["env"]["HOROVOD_GLOO_RENDEZVOUS_PORT"]) > 0
     run_dir = run_dir_of(result)
+    assert json.loads((run_dir / "plan.json").read_text())["launcher"] == "srun"
     assert {"rank.0.log", "rank.1.log"} <= {p.name for p in (run_dir / "logs").iterdir()}
     run = MlflowClient(store_uri(tmp_path)).get_run((run_dir / "mlflow_run_id").read_text())
     assert run.info.status == "FINISHED" and run.data.params["launcher"] == "srun"

@@ -10,7 +10,7 @@ rank does before Horovod starts. Adding one is a module with a
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -89,6 +89,3 @@ def launcher_for(name: str) -> Launcher:
         )
     return found()
 
-
-def knob_args(knobs: Sequence[HorovodKnob]) -> list[str]:
-    return [arg for knob in knobs for arg in knob.args]

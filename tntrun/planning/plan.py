@@ -290,7 +290,7 @@ def build_plan(
             "pin_to_socket=true needs numactl, which is not installed: "
             "install it (apt-get install numactl) or set pin_to_socket=false"
         )
-    launcher = _collect(problems, lambda: launcher_for(str(cfg.get("launcher", "horovodrun"))))
+    launcher = _collect(problems, lambda: launcher_for(str(cfg["launcher"])))
     problems.extend(value_problems(cfg))
     if cfg.get("predict_scaling"):
         problems.extend(predict_scaling_problems(cfg, world, epochs))
@@ -373,7 +373,7 @@ def build_plan(
         schedule=schedule,
         fusion_threshold_bytes=fusion,
         horovod=knobs,
-        launcher=str(cfg.get("launcher", "horovodrun")),
+        launcher=str(cfg["launcher"]),
         launch_command=command,
         launch_env=tuple(sorted(env.items())),
         resume_from=None if resume is None else resume.checkpoint,

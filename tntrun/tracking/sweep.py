@@ -38,6 +38,8 @@ class SweepTracking(Callback):
     """Opens the sweep's parent run before the jobs and closes it after them."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if config.dry_run:  # a planned sweep tracks nothing
+            return
         sweep_dir = Path(config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         tracker = _tracker(config)
