@@ -88,4 +88,3 @@ def launcher_for(name: str) -> Launcher:
             "(or the dotted path of a tntrun.launch.Launcher subclass)"
         )
     return found()
-
