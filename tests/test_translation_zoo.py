@@ -280,7 +280,6 @@ def test_info_is_fast_and_does_not_import_tensorflow(wmt_dir):
         from tntrun.datasets.synthetic_translation import SyntheticTranslationDataset
         from tntrun.datasets.wmt14 import Wmt14Dataset
         import tntrun.models.transformer, tntrun.models.translate, tntrun.engine.translation_loss
-        import tntrun.engine.bleu
         seconds = {{}}
         for name, ds in [
             ("numbers", NumbersTranslationDataset()),

@@ -46,10 +46,14 @@ class MlflowTracker:
 
     @cached_property
     def client(self) -> Any:
+        """The MLflow client; its first use of a fresh store (the schema) under the store lock."""
         os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
         from mlflow.tracking import MlflowClient  # seconds: only once the ranks are starting
 
-        return MlflowClient(tracking_uri=self.store)
+        with store_lock(self.store):
+            client = MlflowClient(tracking_uri=self.store)
+            client.search_experiments(max_results=1)  # creates or migrates the schema
+        return client
 
     def problems(self) -> list[str]:
         return store_problems(self.store)
@@ -58,11 +62,12 @@ class MlflowTracker:
     def experiment_id(self) -> str:
         """The experiment's id, created if missing (under a lock: parallel drivers)."""
         if self._experiment_id is None:
-            with store_lock(self.store):
-                experiment = self.client.get_experiment_by_name(self.experiment_name)
+            client = self.client
+            with store_lock(self.store):  # one creator of the experiment among parallel drivers
+                experiment = client.get_experiment_by_name(self.experiment_name)
                 if experiment is None:
                     location = (self.artifact_root / self.experiment_name).resolve().as_uri()
-                    self._experiment_id = self.client.create_experiment(
+                    self._experiment_id = client.create_experiment(
                         self.experiment_name, location
                     )
                 else:
