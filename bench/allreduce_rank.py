@@ -12,6 +12,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 import horovod.tensorflow as hvd  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+
 from tntrun.models.resnet import build_resnet  # noqa: E402
 
 hvd.init()

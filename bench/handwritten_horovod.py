@@ -19,6 +19,7 @@ import horovod.tensorflow as hvd  # noqa: E402
 import horovod.tensorflow.keras as hvd_keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import tf_keras as keras  # noqa: E402
+
 from tntrun.datasets.digits import DigitsDataset  # noqa: E402  (the same arrays)
 
 parser = argparse.ArgumentParser()

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+
 from tntrun.datasets.base import DatasetInfo
 from tntrun.datasets.pixels import normalize_channels
 from tntrun.datasets.splits import stratified_split

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+
 from tntrun.datasets.base import DatasetInfo
 
 if TYPE_CHECKING:

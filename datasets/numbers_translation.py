@@ -19,6 +19,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
+
 from tntrun.datasets.base import DatasetInfo
 from tntrun.datasets.translation_text import PairArrays, Vocabulary, pad_pairs, to_dataset
 

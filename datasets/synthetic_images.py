@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
+
 from tntrun.datasets.base import DatasetInfo
 
 if TYPE_CHECKING:

@@ -14,6 +14,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
+
 from tntrun.datasets.base import DatasetInfo
 from tntrun.datasets.translation_text import FIRST_TOKEN_ID, PairArrays, pad_pairs, to_dataset
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
 from tntrun.datasets.base import DatasetInfo
 from tntrun.datasets.translation_text import (
     BOS_ID,

@@ -186,8 +186,10 @@ def layer_classes() -> SimpleNamespace:
 
         def attend(self, x, key, value, bias, training=None):
             query = self.split_heads(self.query(x)) * self.depth**-0.5
-            logits = tf.einsum("bhqd,bhkd->bhqk", query, key) + bias
-            weights = self.weights_dropout(tf.nn.softmax(logits), training=training)
+            # Masking and softmax in float32 under mixed precision (-1e9 overflows float16).
+            logits = tf.cast(tf.einsum("bhqd,bhkd->bhqk", query, key), tf.float32) + bias
+            weights = tf.cast(tf.nn.softmax(logits), value.dtype)
+            weights = self.weights_dropout(weights, training=training)
             heads = tf.einsum("bhqk,bhkd->bhqd", weights, value)
             heads = tf.transpose(heads, [0, 2, 1, 3])
             batch, length = tf.shape(heads)[0], tf.shape(heads)[1]
@@ -307,7 +309,7 @@ def layer_classes() -> SimpleNamespace:
             written at ``step`` and the later ones are masked. Returns (x, cache).
             """
             length = tf.shape(cache["key"])[2]
-            at_step = tf.one_hot(step, length)[None, None, :, None]
+            at_step = tf.one_hot(step, length, dtype=cache["key"].dtype)[None, None, :, None]
             visible = tf.cast(tf.range(length) <= step, tf.float32)
             bias = ((1.0 - visible) * NEG_INF)[None, None, None, :]
             updated = {}
@@ -359,6 +361,7 @@ def layer_classes() -> SimpleNamespace:
         def with_positions(self, embedded, training=None):
             length = tf.shape(embedded)[1]
             positions = positional_encoding(tf.cast(tf.range(length), tf.float32), self.d_model)
+            positions = tf.cast(positions, embedded.dtype)  # the compute dtype
             return self.input_dropout(embedded + positions, training=training)
 
         def finish(self, x):
@@ -403,12 +406,13 @@ def layer_classes() -> SimpleNamespace:
         def initial_cache(self, batch, max_length: int):
             """Empty self-attention keys/values of each block for ``max_length`` steps."""
             shape = [batch, self.num_heads, max_length, self.d_model // self.num_heads]
-            return [{"key": tf.zeros(shape), "value": tf.zeros(shape)} for _ in self.blocks]
+            zeros = functools.partial(tf.zeros, shape, self.compute_dtype)
+            return [{"key": zeros(), "value": zeros()} for _ in self.blocks]
 
         def decode_step(self, embedded, memory_kv, memory_bias, cache, step):
             """Decoder output (batch, 1, d_model) for one position; returns (x, cache)."""
             position = tf.cast(tf.reshape(step, [1]), tf.float32)
-            x = embedded + positional_encoding(position, self.d_model)
+            x = embedded + tf.cast(positional_encoding(position, self.d_model), embedded.dtype)
             updated = []
             for block, kv, block_cache in zip(self.blocks, memory_kv, cache, strict=True):
                 x, block_cache = block.decode_step(x, kv, memory_bias, block_cache, step)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
 from tntrun.datasets.translation_text import BOS_ID, EOS_ID, PAD_ID
 
 NEG_INF = -1e9
@@ -61,10 +62,12 @@ class TransformerParts:
         return self.decoder.memory_key_values(memory), bias, cache
 
     def step_logits(self, tokens, memory_kv, memory_bias, cache, step):
-        """Logits (batch, vocabulary) of the token after ``tokens`` (batch,) at ``step``."""
+        """Float32 logits (batch, vocabulary) of the token after ``tokens`` (batch,) at ``step``."""
+        import tensorflow as tf
+
         x = self.embedding(tokens[:, None])
         x, cache = self.decoder.decode_step(x, memory_kv, memory_bias, cache, step)
-        return self.embedding(x, mode="linear")[:, 0], cache
+        return tf.cast(self.embedding(x, mode="linear")[:, 0], tf.float32), cache
 
 
 def _batch(x):

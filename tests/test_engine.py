@@ -88,6 +88,7 @@ def test_rank_api_inside_a_two_rank_launch(two_ranks):
 def test_sharded_validation_equals_single_process_evaluation(two_ranks):
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     import tf_keras as keras
+
     from tntrun.datasets.digits import DigitsDataset
 
     _, run = mlflow_run(*two_ranks)

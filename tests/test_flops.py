@@ -11,11 +11,6 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 tf = pytest.importorskip("tensorflow")
 
-from tntrun.models.cnn import build_cnn  # noqa: E402
-from tntrun.models.mlp import build_mlp  # noqa: E402
-from tntrun.models.resnet import build_resnet  # noqa: E402
-from tntrun.models.transformer import build_transformer  # noqa: E402
-
 from tntrun.engine.flops import (  # noqa: E402
     cache_key,
     cache_path,
@@ -23,6 +18,10 @@ from tntrun.engine.flops import (  # noqa: E402
     measured_matmul_flops,
     training_flops_per_sample,
 )
+from tntrun.models.cnn import build_cnn  # noqa: E402
+from tntrun.models.mlp import build_mlp  # noqa: E402
+from tntrun.models.resnet import build_resnet  # noqa: E402
+from tntrun.models.transformer import build_transformer  # noqa: E402
 
 
 def test_mlp_counts_two_flops_per_multiply_add_plus_the_bias_adds():

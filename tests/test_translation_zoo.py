@@ -24,6 +24,8 @@ pytest.importorskip("sentencepiece")
 pytest.importorskip("sacrebleu")
 
 import tf_keras as keras  # noqa: E402
+
+from tntrun.config.zoo import build_dataset, build_model  # noqa: E402
 from tntrun.datasets.numbers_translation import (  # noqa: E402
     NumbersTranslationDataset,
     english_tokens,
@@ -35,14 +37,6 @@ from tntrun.datasets.numbers_translation import (  # noqa: E402
 from tntrun.datasets.synthetic_translation import SyntheticTranslationDataset  # noqa: E402
 from tntrun.datasets.translation_text import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
 from tntrun.datasets.wmt14 import Wmt14Dataset, sentences_per_batch  # noqa: E402
-from tntrun.models.transformer import build_transformer, resolve_hparams  # noqa: E402
-from tntrun.models.translate import (  # noqa: E402
-    TransformerParts,
-    beam_translate,
-    greedy_translate,
-)
-
-from tntrun.config.zoo import build_dataset, build_model  # noqa: E402
 from tntrun.engine.bleu import (  # noqa: E402
     bleu_scores,
     corpus_bleu,
@@ -52,6 +46,12 @@ from tntrun.engine.bleu import (  # noqa: E402
     write_samples,
 )
 from tntrun.engine.translation_loss import masked_sparse_crossentropy, masked_token_accuracy  # noqa: E402
+from tntrun.models.transformer import build_transformer, resolve_hparams  # noqa: E402
+from tntrun.models.translate import (  # noqa: E402
+    TransformerParts,
+    beam_translate,
+    greedy_translate,
+)
 
 pytestmark = pytest.mark.slow
 

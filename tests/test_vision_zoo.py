@@ -22,6 +22,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 tf = pytest.importorskip("tensorflow")
 
 import tf_keras as keras  # noqa: E402
+
+from tntrun.config.zoo import build_dataset, build_model  # noqa: E402
 from tntrun.datasets.image_folder import ImageFolderDataset  # noqa: E402
 from tntrun.datasets.imagenet import (  # noqa: E402
     MEAN_RGB,
@@ -35,8 +37,6 @@ from tntrun.datasets.pixels import normalize_channels  # noqa: E402
 from tntrun.datasets.synthetic_images import SyntheticImages  # noqa: E402
 from tntrun.models.cnn import build_cnn  # noqa: E402
 from tntrun.models.resnet import build_resnet  # noqa: E402
-
-from tntrun.config.zoo import build_dataset, build_model  # noqa: E402
 from tntrun.planning.plan import DatasetInfo  # noqa: E402
 
 pytestmark = pytest.mark.slow
