@@ -173,3 +173,7 @@ def test_bring_your_own_model_and_dataset_from_the_working_directory(tmp_path):
     accuracy = float(result.stdout.split("final val_accuracy: ")[1].split()[0])
     assert accuracy > 0.9  # the blobs are 3 standard deviations apart
     assert (run_dir_of(result) / "model.keras").is_file()
+    run_id = (run_dir_of(result) / "mlflow_run_id").read_text()
+    run = MlflowClient(f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}").get_run(run_id)
+    assert run.info.run_name == "mine-blobs-2x16"  # the user's config names
+    assert run.inputs.dataset_inputs[0].dataset.name == "blobs"

@@ -25,7 +25,7 @@ CONFIG = (
     "deterministic=true", "optimizer=sgd", "optimizer.base_lr=0.4", "model.dropout=0.0",
     "train.drop_remainder=false", "schedule=warmup_cosine", "schedule.warmup_epochs=1",
     "schedule.warmup_start_lr=0.01",  # the default (scaled LR / world size) differs by layout
-    "train.epochs=4",
+    "train.epochs=4", "checkpoint.min_interval_s=0",  # a checkpoint each epoch: resume tests
 )  # fmt: skip
 
 

@@ -17,7 +17,8 @@ from mlflow.tracking import MlflowClient
 from tests.conftest import clean_env, run_dir_of, store_uri, tntrun_cli, tntrun_command
 
 pytestmark = pytest.mark.slow
-LONG_RUN = ("train.epochs=50", "tracking.system_metrics=false")
+# A checkpoint every epoch (not every 60 s): the failure tests check that it stays usable.
+LONG_RUN = ("train.epochs=50", "tracking.system_metrics=false", "checkpoint.min_interval_s=0")
 
 
 def fault(kind: str, rank: int = 1, step: int = 30) -> tuple[str, ...]:

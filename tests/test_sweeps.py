@@ -26,6 +26,8 @@ def test_sweep_makes_a_parent_run_with_children_and_a_scaling_report(tmp_path):
     assert parent.info.status == "FINISHED" and len(children) == 2
     assert sorted(c.data.params["plan.world_size"] for c in children) == ["1", "2"]
     assert all(c.info.status == "FINISHED" for c in children)
+    names = sorted(c.info.run_name for c in children)  # model-dataset-ranks x micro-batch-job
+    assert names == ["mlp-digits-1x64-job0", "mlp-digits-2x32-job1"]
 
     report_dir = next((tmp_path / "outputs" / "multirun").glob("*/*/report"))
     rows = list(csv.DictReader((report_dir / "report.csv").open()))

@@ -1,7 +1,7 @@
 """The ``tntrun`` command: Hydra's command line over :mod:`tntrun.driver`.
 
-This process is the driver and never imports TensorFlow. ``tntrun report``
-and ``tntrun ui`` are subcommands; everything else is a Hydra command line
+This process is the driver and never imports TensorFlow. ``tntrun report``,
+``tntrun ui`` and ``tntrun sync`` are subcommands; everything else is a Hydra command line
 (``tntrun model=cnn``, ``tntrun -m seed=1,2``).
 """
 
@@ -40,6 +40,7 @@ def experiment_of(cfg: DictConfig) -> Experiment:
         choices=user_choices(hydra_cfg.runtime.choices),
         run_dir=Path(hydra_cfg.runtime.output_dir).resolve(),
         parent_run_id=sweep_parent(),
+        job=hydra_cfg.job.num if hydra_cfg.mode == RunMode.MULTIRUN else None,
     )
 
 
@@ -55,7 +56,7 @@ def _hydra_entry(cfg: DictConfig) -> float:
 
 
 def _subcommand(argv: list[str]) -> int | None:
-    """Run ``tntrun report ...`` or ``tntrun ui ...``; None for a training command line."""
+    """Run ``tntrun report|ui|sync ...``; None for a training command line."""
     if argv and argv[0] == "report":
         from tntrun.tracking.report import main as report
 
@@ -64,6 +65,10 @@ def _subcommand(argv: list[str]) -> int | None:
         from tntrun.tracking.ui import main as ui
 
         return ui(argv[1:])
+    if argv and argv[0] == "sync":
+        from tntrun.tracking.sync import main as sync
+
+        return sync(argv[1:])
     return None
 
 

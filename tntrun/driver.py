@@ -25,19 +25,29 @@ from omegaconf import DictConfig, OmegaConf
 from tntrun import run_files
 from tntrun.config.compose import plain_config
 from tntrun.config.user_code import add_user_path
-from tntrun.config.zoo import check_targets, distributes_automatically, size_dataset
+from tntrun.config.zoo import SizedDataset, check_targets, distributes_automatically, size_dataset
+from tntrun.datasets.base import DatasetInfo
 from tntrun.errors import PlanError
 from tntrun.launch import launcher_for
 from tntrun.launch.clock import process_start_time
 from tntrun.launch.rank_job import LaunchResult, RankJob, StallWatch
 from tntrun.launch.rank_logs import RankLogWriter
-from tntrun.planning.machine import machine_facts
+from tntrun.planning.machine import device_problems, machine_facts
 from tntrun.planning.plan import Plan, build_plan
 from tntrun.planning.resume import ResumedRun, load_resumed_run
 from tntrun.planning.view import plot_schedule, render_plan
 from tntrun.tracking import Tracker, flatten, tracker_for
-from tntrun.tracking.metrics_stream import MetricsRelay
-from tntrun.tracking.run_record import record_outputs, start_tags
+from tntrun.tracking.metrics_stream import MetricsRelay, last_values
+from tntrun.tracking.outage import (
+    EXIT_TRACKING_PENDING,
+    Delivery,
+    Pending,
+    describe,
+    is_outage,
+    sync_line,
+)
+from tntrun.tracking.run_record import start_tags
+from tntrun.tracking.runs_table import dataset_record, default_run_name
 from tntrun.tracking.session import TrackingSession
 
 DRIVER_START = process_start_time()  # ranks report their first step relative to it
@@ -55,6 +65,7 @@ class Experiment:
     choices: Mapping[str, str] = field(default_factory=dict)  # group -> option
     run_dir: Path | None = None
     parent_run_id: str | None = None  # the sweep's parent run
+    job: int | None = None  # the job's number in a sweep
 
 
 @dataclass(frozen=True)
@@ -78,10 +89,11 @@ def config_error(problems: list[str], run_dir: Path | None = None) -> RunResult:
     return RunResult("INVALID", EXIT_CONFIG_ERROR, run_dir, problems=tuple(problems))
 
 
-def make_plan(exp: Experiment, run_dir: Path, resume: Any = None) -> tuple[Plan, str | None]:
+def make_plan(exp: Experiment, run_dir: Path, resume: Any = None) -> tuple[Plan, SizedDataset]:
     """Vet the targets, size the dataset and derive the plan (no TensorFlow).
 
-    Returns the plan and, for a dry run without the data, why its sizes are assumed.
+    Returns the plan and the dataset's sizes (with, for a dry run without the data,
+    why they are assumed).
     """
     cfg = exp.config
     check_targets(cfg, dict(exp.choices))
@@ -95,7 +107,7 @@ def make_plan(exp: Experiment, run_dir: Path, resume: Any = None) -> tuple[Plan,
                 f"{cfg.dataset._target_} has none: set dataset.distribute=true"
             )
     plain = plain_config(cfg, exp.overrides, os.environ)
-    return build_plan(plain, sized.info, machine_facts(), run_dir, resume), sized.assumed
+    return build_plan(plain, sized.info, machine_facts(), run_dir, resume), sized
 
 
 def dry_run(cfg: DictConfig, plan: Plan, run_dir: Path, assumed: str | None) -> None:
@@ -121,7 +133,7 @@ def run(exp: Experiment) -> RunResult:
             exp = Experiment(resumed.config, exp.overrides, exp.choices, exp.run_dir,
                              exp.parent_run_id)  # fmt: skip
             cfg = exp.config
-        plan, assumed = make_plan(exp, run_dir, resumed.point if resumed else None)
+        plan, sized = make_plan(exp, run_dir, resumed.point if resumed else None)
     except PlanError as err:
         return config_error(err.problems, run_dir)
     if plan.stops_early:
@@ -130,9 +142,10 @@ def run(exp: Experiment) -> RunResult:
               "full schedule and the run stops early", file=sys.stderr)  # fmt: skip
     if cfg.dry_run:
         run_dir.mkdir(parents=True, exist_ok=True)
-        dry_run(cfg, plan, run_dir, assumed)
+        dry_run(cfg, plan, run_dir, sized.assumed)
         return RunResult("PLANNED", 0, run_dir, plan=plan)
-    problems = tracker.problems()
+    problems = device_problems(plan.hosts, plan.gpus_per_node, machine_facts())
+    problems = problems or tracker.problems()
     if problems:
         return config_error(problems, run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -144,7 +157,7 @@ def run(exp: Experiment) -> RunResult:
         f"{plan.steps_per_epoch} steps/epoch x {plan.epochs} epochs; lr {plan.scaled_lr:g}",
         flush=True,
     )
-    return LaunchedRun(exp, plan, run_dir, tracker, resumed).execute()
+    return LaunchedRun(exp, plan, run_dir, tracker, resumed, sized.info).execute()
 
 
 def resume_of(exp: Experiment, tracker: Tracker) -> ResumedRun:
@@ -181,12 +194,17 @@ class LaunchedRun:
     """One launch of a planned run: the ranks, the tracked run and their ending."""
 
     def __init__(self, exp: Experiment, plan: Plan, run_dir: Path, tracker: Tracker,
-                 resumed: ResumedRun | None) -> None:  # fmt: skip
+                 resumed: ResumedRun | None,
+                 dataset: DatasetInfo | None = None) -> None:  # fmt: skip
         self.exp, self.cfg, self.plan, self.run_dir = exp, exp.config, plan, run_dir
         self.tracker, self.resumed = tracker, resumed
+        self.dataset = dataset  # the sizes planned with, recorded with the run
         self.launcher = launcher_for(plan.launcher)
         self.prefix: str | None = None  # artifact prefix of a resumed run's new outputs
         self.session: TrackingSession | None = None
+        self.relay: MetricsRelay | None = None  # rank 0's metrics into the run
+        self.deferred = False  # the store was unreachable when the run was to be opened
+        self.pending: Pending | None = None  # what the store has not received at the end
 
     def execute(self) -> RunResult:
         status, stalled, refused = "FAILED", None, None
@@ -223,7 +241,7 @@ class LaunchedRun:
                        float(self.cfg.train.stall_timeout_s)),
         )  # fmt: skip
         # The ranks import TensorFlow now; the store opens meanwhile in a lower-priority thread.
-        self.session = TrackingSession(self.open_run, self.relaying, self.job.terminate)
+        self.session = TrackingSession(self.open_tracked, self.relaying, self.job.terminate)
         try:
             return self.job.follow()
         finally:
@@ -232,20 +250,76 @@ class LaunchedRun:
     def open_run(self) -> tuple[Tracker, str | None]:
         """Create the tracked run (or reopen the resumed one) and log its params."""
         tracker, plan, run_dir = self.tracker, self.plan, self.run_dir
-        if self.resumed:
+        if tracker.run_id:  # created before the store went away: the rest again
+            run_id = tracker.run_id
+        elif self.resumed:
             run_id = tracker.reopen(self.resumed.mlflow_run_id, self.resume_tags())
             self.prefix = f"resumed-{run_dir.name}"
         else:
             tags = start_tags(plan, run_dir, list(self.exp.overrides), dict(self.exp.choices))
-            run_id = tracker.start(self.cfg.tracking.run_name, tags, self.exp.parent_run_id)
+            run_id = tracker.start(self.cfg.tracking.run_name or self.default_run_name(), tags,
+                                   self.exp.parent_run_id)  # fmt: skip
         (run_dir / run_files.RUN_ID).write_text(run_id)
         if not self.resumed:
             params = dict(flatten(OmegaConf.to_container(self.cfg, resolve=True,
                                                          enum_to_str=True)))  # fmt: skip
             params.update(plan.summary_params())
             tracker.log_params(params)
+            if self.dataset is not None:
+                dataset_cfg = OmegaConf.to_container(self.cfg.dataset, resolve=True,
+                                                     enum_to_str=True)  # fmt: skip
+                tracker.log_dataset(dataset_record(self.exp.choices, dataset_cfg, self.dataset))
         print(f"tntrun: {tracker.label} run {run_id} in {tracker.store}", flush=True)
         return tracker, self.prefix
+
+    def default_run_name(self) -> str:
+        """``<model>-<dataset>-<ranks>x<micro-batch>`` (``mlp-digits-2x32``), for the runs table."""
+        cfg, plan = self.cfg, self.plan
+        return default_run_name(self.exp.choices, cfg.model.get("_target_"),
+                                cfg.dataset.get("_target_"), plan.world_size,
+                                plan.micro_batch_size, self.exp.job)  # fmt: skip
+
+    def open_tracked(self) -> tuple[Tracker, str | None]:
+        """:meth:`open_run`; if the store went away since the pre-flight check, training goes
+        on and the run is opened once the store answers (by the relay or at the end)."""
+        try:
+            return self.open_run()
+        except Exception as err:
+            if not is_outage(err, self.tracker.store):
+                raise
+            self.deferred = True
+            print(f"tntrun: the tracking store {self.tracker.store} does not answer "
+                  f"({describe(err)}); training goes on and the run is recorded once it does",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            return self.tracker, self.prefix
+
+    def open_deferred(self) -> None:
+        """Open the run now if the store was unreachable when it was to be opened."""
+        if self.deferred:
+            self.open_run()
+            self.deferred = False
+
+    def send_metrics(self, points: list[Any]) -> None:
+        self.open_deferred()
+        self.tracker.log_metrics(points)
+
+    def metrics_relay(self) -> MetricsRelay:
+        """The relay of rank 0's metrics; while the store is down they wait in the file."""
+        store, path = self.tracker.store, self.run_dir / run_files.METRICS
+
+        def down(err: BaseException) -> None:
+            if self.deferred:  # open_tracked said so already
+                return
+            print(f"tntrun: the tracking store {store} does not answer ({describe(err)}); "
+                  f"training goes on and rank 0's metrics wait in {path}",
+                  file=sys.stderr, flush=True)  # fmt: skip
+
+        def back(lines: int) -> None:
+            print(f"tntrun: the tracking store {store} answers again; {lines} metric lines "
+                  "caught up", file=sys.stderr, flush=True)  # fmt: skip
+
+        self.relay = MetricsRelay(path, self.send_metrics, on_failure=down, on_recovery=back)
+        return self.relay
 
     @contextmanager
     def relaying(self, tracker: Tracker) -> Iterator[None]:
@@ -253,9 +327,9 @@ class LaunchedRun:
         tracking = self.cfg.tracking
         node = socket.gethostname() if self.plan.nodes > 1 else None
         with (
-            tracker.system_metrics(bool(tracking.system_metrics),
+            tracker.system_metrics(bool(tracking.system_metrics) and bool(tracker.run_id),
                                    float(tracking.system_metrics_interval_s), node),
-            MetricsRelay(self.run_dir / run_files.METRICS, tracker.log_metrics),
+            self.metrics_relay(),
         ):  # fmt: skip
             yield
 
@@ -274,33 +348,74 @@ class LaunchedRun:
         return tags
 
     def end(self, status: str, stalled: str | None) -> None:
-        """Stop what still runs, attach the outputs and end the tracked run (never RUNNING)."""
+        """Stop what still runs, attach the outputs and end the tracked run (never RUNNING
+        while the store answers: :meth:`settle`)."""
         job = getattr(self, "job", None)
         abandoned = self.session is not None and self.session.abandoned  # its thread ends it
+        tracked = bool(self.tracker.run_id or self.deferred) and not abandoned
         try:
             if job is not None:
                 job.stop()
-            if self.tracker.run_id and not abandoned:
+            if tracked:
                 plot_schedule(self.plan, self.run_dir / run_files.LR_PLOT)  # after the run
-                record_outputs(self.tracker, self.run_dir, status, self.prefix, stalled)
         finally:
-            if self.tracker.run_id and not abandoned:
-                self.tracker.finish(status)
+            if tracked:
+                self.settle(status, stalled)
+
+    def settle(self, status: str, stalled: str | None) -> None:
+        """Deliver the rest (metrics, outputs) and set the final status, retrying through an
+        outage of the store for ``tracking.outage_grace_s``; then leave what is still pending
+        in the run directory for ``tntrun sync``."""
+        tracker, run_dir = self.tracker, self.run_dir
+        relay = self.relay or MetricsRelay(run_dir / run_files.METRICS, self.send_metrics)
+        prefix = self.prefix or (f"resumed-{run_dir.name}" if self.resumed else None)
+        delivery = Delivery(tracker, run_dir, relay, status, stalled, prefix, self.open_deferred)
+        grace = float(self.cfg.tracking.get("outage_grace_s", 60.0))
+        waiting = relay.failure is not None or self.deferred
+        if waiting:
+            print(f"tntrun: waiting up to {grace:g} s (tracking.outage_grace_s) for "
+                  f"{tracker.store} to take the rest of the run", file=sys.stderr,
+                  flush=True)  # fmt: skip
+        error = delivery.within(grace)
+        if error is None:
+            if waiting:
+                print(f"tntrun: the tracking store {tracker.store} answers again; metrics, "
+                      f"outputs and status {status} delivered", file=sys.stderr,
+                      flush=True)  # fmt: skip
+            return
+        never_opened = not tracker.run_id
+        self.pending = Pending(
+            tracker.store, status, tracker.run_id, relay.offset, params_logged=not self.deferred,
+            outputs_logged=delivery.outputs_logged, stalled=stalled, prefix=prefix,
+            run_name=self.cfg.tracking.run_name or self.default_run_name(),
+            parent_run_id=self.exp.parent_run_id, reason=describe(error),
+            tags=start_tags(self.plan, run_dir, list(self.exp.overrides),
+                            dict(self.exp.choices)) if never_opened else None,
+        )  # fmt: skip
+        self.pending.save(run_dir)
 
     def report(self, status: str) -> RunResult:
         """Print the run's outcome and return it with its final metrics."""
         tracker = self.tracker
-        if not tracker.run_id or (self.session is not None and self.session.abandoned):
+        abandoned = self.session is not None and self.session.abandoned
+        if abandoned or (not tracker.run_id and self.pending is None):
             return RunResult("KILLED", EXIT_INTERRUPTED, self.run_dir, tracker.run_id,
                              plan=self.plan)  # fmt: skip
-        metrics = tracker.metrics()
+        pending = self.pending  # the store was unreachable: the final metrics from the file
+        metrics = last_values(self.run_dir / run_files.METRICS) if pending else tracker.metrics()
         print()
         print(f"tntrun: run {status}")
         for key in SHOWN_METRICS:
             if key in metrics:
                 print(f"tntrun: final {key}: {metrics[key]:.4f}")
-        print(f"tntrun: {tracker.label} run id: {tracker.run_id}")
+        if tracker.run_id:
+            print(f"tntrun: {tracker.label} run id: {tracker.run_id}")
         print(f"tntrun: run directory: {self.run_dir}")
+        if pending:  # the training's outcome stands; its record waits for `tntrun sync`
+            print(sync_line(tracker.store, self.run_dir), flush=True)
+            code = EXIT_TRACKING_PENDING if status == "FINISHED" else 1
+            return RunResult(status, code, self.run_dir, tracker.run_id, metrics, plan=self.plan)
         print(f"tntrun: open the {tracker.label} UI with: {shlex.join(tracker.ui_command())}")
+        print(f"tntrun: the run in it: {tracker.ui_url()}")
         code = 0 if status == "FINISHED" else 1
         return RunResult(status, code, self.run_dir, tracker.run_id, metrics, plan=self.plan)

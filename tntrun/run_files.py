@@ -12,12 +12,16 @@ CONFIG = "config.yaml"
 PLAN = "plan.json"
 # The MLflow run this directory belongs to (resume finds the run through it).
 RUN_ID = "mlflow_run_id"
+# What the tracking store has not received when it was unreachable at the end of a run
+# (metrics offset, outputs, final status); `tntrun sync <run dir>` replays it, then deletes it.
+TRACKING_PENDING = "tracking_pending.json"
 # Written while the ranks run.
 METRICS = "metrics.jsonl"  # rank 0's metrics, relayed into the run by the driver
 HEARTBEATS = "heartbeats"  # folder: rank.<N> progress files for the stall watchdog
 LOGS = "logs"  # folder: rank.<N>.log and launcher.log
 RANKS_LOG = "ranks.log"  # the launcher's combined output
-CHECKPOINTS = "checkpoints"  # folder: epoch-NNNN checkpoints
+CHECKPOINTS = "checkpoints"  # folder: epoch-NNNN checkpoints, and best/ (checkpoint.monitor)
+NONFINITE = "nonfinite.jsonl"  # rank 0: one line per non-finite loss (failure or rollback)
 # Outputs.
 FINAL_WEIGHTS = "final_weights.npz"
 FINAL_MODEL = "model.keras"

@@ -51,8 +51,9 @@ def compose_config(
         with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
             cfg = compose(config_name=CONFIG_NAME, overrides=[*overrides, *search],
                           return_hydra_config=True)  # fmt: skip
-    except Exception as err:  # Hydra's composition errors: the first line names the key
-        raise PlanError(str(err).strip().splitlines()[0]) from None
+    except Exception as err:  # Hydra's composition errors, which name the key: one line
+        lines = (line.strip() for line in str(err).splitlines())
+        raise PlanError(" ".join(line for line in lines if line)) from None
     finally:
         GlobalHydra.instance().clear()
     choices = user_choices(cfg.hydra.runtime.choices)

@@ -33,9 +33,26 @@ class ScheduleName(Enum):
     inverse_sqrt = "inverse_sqrt"
 
 
+class OnNonFinite(Enum):
+    fail = "fail"
+    rollback = "rollback"
+
+
+class MonitorMode(Enum):
+    auto = "auto"
+    max = "max"
+    min = "min"
+
+
 class Compression(Enum):
     none = "none"
     fp16 = "fp16"
+
+
+class Precision(Enum):
+    float32 = "float32"
+    mixed_bfloat16 = "mixed_bfloat16"
+    mixed_float16 = "mixed_float16"
 
 
 @dataclass
@@ -114,6 +131,9 @@ class TrackingConfig:
     # MLflow system metrics (CPU, memory, disk, network; GPU with nvidia-ml-py) from rank 0.
     system_metrics: bool = True
     system_metrics_interval_s: float = 10.0
+    # When the store is unreachable as the ranks end: keep retrying delivery and the final
+    # status this long (s), then record what is pending for `tntrun sync <run dir>`.
+    outage_grace_s: float = 60.0
 
 
 @dataclass
@@ -135,14 +155,30 @@ class TrainConfig:
     tensorboard: bool = False
     # Profile these training batches into TensorBoard, e.g. "5,8" (needs tensorboard=true).
     profile_batches: str | None = None
+    # When the rank-averaged loss turns NaN or infinite: fail the run, or roll back to the
+    # last good checkpoint with the LR scaled by rollback_lr_factor (up to max_rollbacks).
+    on_nonfinite: OnNonFinite = OnNonFinite.fail
+    rollback_lr_factor: float = 0.5
+    max_rollbacks: int = 3
+    # Keras dtype policy: float32, or mixed_bfloat16 / mixed_float16 (16-bit compute,
+    # float32 weights and outputs; mixed_float16 adds dynamic loss scaling).
+    precision: Precision = Precision.float32
+    # Compile each rank's forward and backward pass with XLA.
+    jit_compile: bool = False
 
 
 @dataclass
 class CheckpointConfig:
-    # Master rank writes model + optimizer state every N epochs (0: never).
+    # Master rank writes model + optimizer state every N epochs (0: never) ...
     every_epochs: int = 1
-    # Checkpoints kept in <run_dir>/checkpoints (older ones are deleted).
+    # ... once at least this long after the previous one (the last epoch always writes).
+    min_interval_s: float = 60.0
+    # The newest checkpoints kept in <run_dir>/checkpoints (older ones are deleted).
     keep: int = 2
+    # Also keep the best checkpoint by this metric (e.g. val_accuracy; null: none) ...
+    monitor: str | None = None
+    # ... where best is max, min, or auto (min for names with "loss", else max).
+    mode: MonitorMode = MonitorMode.auto
 
 
 @dataclass

@@ -36,6 +36,9 @@ RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("train.label_smoothing", lambda v: 0 <= v < 1, "choose a value in [0, 1)"),
     ("checkpoint.every_epochs", _at_least(0), "use 0 (never) or more"),
     ("checkpoint.keep", _at_least(1), "keep 1 or more checkpoints"),
+    ("checkpoint.min_interval_s", _at_least(0), "use 0 (every every_epochs) or more seconds"),
+    ("train.rollback_lr_factor", lambda v: 0 < v <= 1, "choose a factor in (0, 1]"),
+    ("train.max_rollbacks", _at_least(0), "use 0 or more rollbacks"),
     ("tracking.log_every_steps", _at_least(0), "use 0 (per epoch only) or more"),
     ("tracking.system_metrics_interval_s", lambda v: v > 0, "give a positive interval"),
 )  # fmt: skip

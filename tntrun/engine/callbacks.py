@@ -6,13 +6,15 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
+from tntrun import run_files
 from tntrun.engine.collectives import checksums_across_ranks, weighted_mean
-from tntrun.planning.checkpoints import publish
+from tntrun.planning.checkpoints import publish, publish_best
 from tntrun.run_files import ENV_DRIVER_START
 
 
@@ -57,20 +59,66 @@ class ShardedValidation(keras.callbacks.Callback):
 
 
 class Checkpointer(keras.callbacks.Callback):
-    """Master rank: publish model + optimizer state every ``every_epochs`` and at the end."""
+    """Master rank: publish model + optimizer state, by epochs and by time, and keep the best.
 
-    def __init__(self, run_dir: Path, every_epochs: int, keep: int, describe: Callable) -> None:
+    A checkpoint is due every ``every_epochs`` epochs once ``min_interval_s``
+    passed since the previous one (short epochs do not write one each); the
+    last epoch always writes one. With ``monitor``, a new best value of that
+    metric also replaces ``checkpoints/best`` (``save_model`` adds a clean
+    ``.keras`` model there).
+    """
+
+    def __init__(
+        self, run_dir: Path, every_epochs: int, keep: int, describe: Callable,
+        min_interval_s: float = 0.0, monitor: str | None = None, mode: str = "auto",
+        save_model: Callable[[Path], None] | None = None,
+    ) -> None:  # fmt: skip
         super().__init__()
         self.run_dir, self.every, self.keep, self.describe = run_dir, every_epochs, keep, describe
+        self.min_interval_s, self.monitor, self.save_model = min_interval_s, monitor, save_model
+        if mode == "auto":
+            mode = "min" if monitor and "loss" in monitor else "max"
+        self.better = (lambda a, b: a < b) if mode == "min" else (lambda a, b: a > b)
+        self.best: float | None = None
+        self._last_write = time.monotonic()
+
+    def on_train_begin(self, logs=None):
+        self._last_write = time.monotonic()
 
     def on_epoch_end(self, epoch, logs=None):
         done = epoch + 1
-        if done % self.every and done != self.params.get("epochs"):
+        meta = self.describe(done, int(self.model.optimizer.iterations.numpy()))
+        if self.monitor:
+            self._keep_best(meta, logs or {})
+        last = done == self.params.get("epochs")
+        due = self.every > 0 and done % self.every == 0
+        waited = time.monotonic() - self._last_write >= self.min_interval_s
+        if not (last and self.every > 0) and not (due and waited):
             return
         state = tf.train.Checkpoint(model=self.model, optimizer=self.model.optimizer)
-        meta = self.describe(done, int(self.model.optimizer.iterations.numpy()))
         path = publish(self.run_dir, meta, lambda prefix: state.write(prefix), self.keep)
+        self._last_write = time.monotonic()
         print(f"checkpoint saved: epoch {done} -> {path}", flush=True)
+
+    def _keep_best(self, meta: Any, logs: dict) -> None:
+        if self.monitor not in logs:
+            if any(key.startswith("val_") for key in logs):  # an evaluated epoch without it
+                raise ValueError(
+                    f"checkpoint.monitor={self.monitor}: no such metric; this run logs "
+                    f"{', '.join(sorted(logs))}"
+                )
+            return  # not evaluated this epoch (train.epochs_between_evals)
+        value = float(logs[self.monitor])
+        if not np.isfinite(value) or (self.best is not None and not self.better(value, self.best)):
+            return
+        self.best = value
+        state = tf.train.Checkpoint(model=self.model, optimizer=self.model.optimizer)
+        path = publish_best(self.run_dir, meta, lambda prefix: state.write(prefix),
+                            self.monitor, value)  # fmt: skip
+        if self.save_model is not None:
+            self.save_model(path / run_files.FINAL_MODEL)
+        print(f"best checkpoint: epoch {meta.epoch}, {self.monitor}={value:.4g} -> {path}",
+              flush=True)  # fmt: skip
 
 
 class WeightSyncGuard(keras.callbacks.Callback):
@@ -93,6 +141,10 @@ class WeightSyncGuard(keras.callbacks.Callback):
         # batches (as in any Horovod job without SyncBatchNorm) and may differ.
         sums = checksums_across_ranks(self.model.trainable_variables, name=f"weight_sync.{when}")
         spread = self.final_spread = float(sums.max() - sums.min())
+        if not np.isfinite(sums).all():
+            bad = [rank for rank, value in enumerate(sums.tolist()) if not np.isfinite(value)]
+            raise RuntimeError(f"weights of rank(s) {bad} are not finite {when} "
+                               f"(checksums by rank: {sums.tolist()})")  # fmt: skip
         if spread > 1e-6 * max(1.0, float(abs(sums).max())):
             raise RuntimeError(
                 f"ranks' weights diverged {when} (checksums by rank: {sums.tolist()}): gradients "

@@ -17,23 +17,30 @@ import time
 import horovod.tensorflow as hvd
 import tf_keras as keras
 
-KINDS = ("raise", "exit", "kill", "stall")
+KINDS = ("raise", "exit", "kill", "stall", "nan_loss")
 
 
 class InjectFault(keras.callbacks.Callback):
-    """At training step ``at_step`` on rank ``rank``: raise, exit(3), SIGKILL itself, or sleep."""
+    """At training step ``at_step`` on rank ``rank``: raise, exit(3), SIGKILL itself, sleep,
+    or (``nan_loss``, once) set a weight to NaN, so that step's loss on that rank is NaN."""
 
     def __init__(self, rank: int, at_step: int, kind: str = "raise") -> None:
         super().__init__()
         if kind not in KINDS:
             raise ValueError(f"callbacks.fault.kind={kind!r}: choose one of {', '.join(KINDS)}")
         self.rank, self.at_step, self.kind = rank, at_step, kind
+        self.fired = False
 
     def on_train_batch_begin(self, batch, logs=None):
         step = int(self.model.optimizer.iterations.numpy())
-        if hvd.rank() != self.rank or step != self.at_step:
+        if hvd.rank() != self.rank or step != self.at_step or self.fired:
             return
+        self.fired = True  # once: a rolled-back run passes this step again
         print(f"rank {self.rank}: injecting fault '{self.kind}' at step {step}", flush=True)
+        if self.kind == "nan_loss":  # the output layer's last weight: NaN logits, NaN loss
+            weight = self.model.trainable_variables[-1]
+            weight.assign(weight * float("nan"))
+            return
         if self.kind == "raise":
             raise RuntimeError(f"injected failure on rank {self.rank} at step {step}")
         if self.kind == "exit":

@@ -128,18 +128,21 @@ def training_flops_per_sample(forward_flops: float) -> float:
     return TRAINING_FLOPS_PER_FORWARD * forward_flops
 
 
-def matmul_flops_per_s(size: int = 1024, seconds: float = 0.75, repeats: int = 3) -> float:
-    """FLOP/s of float32 ``size`` x ``size`` matmuls on this process's default device.
+def matmul_flops_per_s(
+    size: int = 1024, seconds: float = 0.75, repeats: int = 3, dtype: str = "float32"
+) -> float:
+    """FLOP/s of ``dtype`` ``size`` x ``size`` matmuls on this process's default device.
 
     A chain of matmuls (each result RMS-normalised, so values stay finite and
     never denormal) runs in one ``tf.function`` for about ``seconds / repeats``
     per repeat, after a warm-up; the fastest repeat counts 2·size³ FLOPs per
     matmul (other load on the machine only ever slows a repeat down, and a
     peak that is too low would stay cached). Uses the process's TensorFlow
-    thread settings.
+    thread settings. ``dtype`` is the precision's compute dtype (float32,
+    bfloat16 or float16): the peak of the arithmetic the model runs.
     """
-    a = tf.random.stateless_normal((size, size), seed=(1, 2))
-    b = tf.random.stateless_normal((size, size), seed=(3, 4))
+    a = tf.cast(tf.random.stateless_normal((size, size), seed=(1, 2)), dtype)
+    b = tf.cast(tf.random.stateless_normal((size, size), seed=(3, 4)), dtype)
 
     @tf.function
     def chain(x: tf.Tensor, steps: tf.Tensor) -> tf.Tensor:
@@ -182,11 +185,14 @@ def _device() -> str:
     return tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
 
 
-def cache_key(threads: int, ranks_per_node: int, local_rank: int = 0) -> str:
-    """What a per-rank matmul rate depends on: host, CPU, threads, layout, TF and device."""
+def cache_key(
+    threads: int, ranks_per_node: int, local_rank: int = 0, dtype: str = "float32"
+) -> str:
+    """What a per-rank matmul rate depends on: host, CPU, threads, layout, TF, device, dtype."""
     return (
         f"{socket.gethostname()}|{_cpu_model()}|threads={threads}|"
         f"ranks_per_node={ranks_per_node}|local_rank={local_rank}|tf={tf.__version__}|{_device()}"
+        f"|dtype={dtype}"
     )
 
 
@@ -218,18 +224,19 @@ def write_cached(key: str, flops_per_s: float) -> None:
 
 
 def measured_matmul_flops(
-    threads: int, ranks_per_node: int = 1, local_rank: int = 0, *, use_cache: bool = True
-) -> float:
-    """This rank's matmul FLOP/s: cached for its key, else measured (and then cached).
+    threads: int, ranks_per_node: int = 1, local_rank: int = 0, *, use_cache: bool = True,
+    dtype: str = "float32",
+) -> float:  # fmt: skip
+    """This rank's ``dtype`` matmul FLOP/s: cached for its key, else measured (and then cached).
 
     ``use_cache=False`` measures even when a cached value exists. Ranks that
     share a node must decide alike and measure at the same time, so contention
     is in the number: see ``tntrun.engine.mfu.peak_flops_across_ranks``.
     """
-    key = cache_key(threads, ranks_per_node, local_rank)
+    key = cache_key(threads, ranks_per_node, local_rank, dtype)
     if use_cache and (cached := read_cached(key)) is not None:
         return cached
-    measured = matmul_flops_per_s()
+    measured = matmul_flops_per_s(dtype=dtype)
     try:
         write_cached(key, measured)
     except OSError as error:

@@ -27,9 +27,11 @@ class PlannedSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     def __init__(self, params: ScheduleParams) -> None:
         self.params = params
+        # A factor on the planned LR: a rollback after a non-finite loss lowers it.
+        self.scale = tf.Variable(1.0, trainable=False, dtype=tf.float32, name="tntrun_lr_scale")
 
     def __call__(self, step):
-        return learning_rate(step, self.params, TF_OPS)
+        return self.scale * learning_rate(step, self.params, TF_OPS)
 
     def get_config(self) -> dict:
         return dataclasses.asdict(self.params)

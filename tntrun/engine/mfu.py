@@ -14,20 +14,22 @@ from tntrun.engine.flops import (
     read_cached,
     training_flops_per_sample,
 )
+from tntrun.engine.precision import COMPUTE_DTYPES
 from tntrun.planning.plan import DatasetInfo, Plan
 
 
-def peak_flops_across_ranks(threads: int, ranks_per_node: int) -> float:
-    """Sum over ranks of each rank's matmul FLOP/s; every rank must call it.
+def peak_flops_across_ranks(threads: int, ranks_per_node: int, dtype: str = "float32") -> float:
+    """Sum over ranks of each rank's ``dtype`` matmul FLOP/s; every rank must call it.
 
     All ranks use their cached rates only if every rank has one; otherwise all
     measure together (right after one allreduce), so ranks sharing a node
     contend as they do in training. Two allreduces, nothing else collective.
     """
-    key = cache_key(threads, ranks_per_node, hvd.local_rank())
+    key = cache_key(threads, ranks_per_node, hvd.local_rank(), dtype)
     cached = tf.constant([0.0 if read_cached(key) is None else 1.0], tf.float64)
     all_cached = bool(hvd.allreduce(cached, op=hvd.Min, name="mfu.cached").numpy()[0])
-    local = measured_matmul_flops(threads, ranks_per_node, hvd.local_rank(), use_cache=all_cached)
+    local = measured_matmul_flops(threads, ranks_per_node, hvd.local_rank(), use_cache=all_cached,
+                                  dtype=dtype)  # fmt: skip
     total = hvd.allreduce(tf.constant([local], tf.float64), op=hvd.Sum, name="mfu.peak")
     return float(total.numpy()[0])
 
@@ -47,10 +49,12 @@ def model_flop_utilisation(
 
     ``mfu`` = achieved / peak, achieved = 3 x forward FLOPs per sample x global
     batch / steady step time (``steady`` is ``Throughput.steady_state()``),
-    peak = the ranks' summed measured matmul FLOP/s. If the model's FLOPs
+    peak = the ranks' summed measured matmul FLOP/s in the compute dtype of
+    ``plan.precision`` (bfloat16 under mixed_bfloat16). If the model's FLOPs
     cannot be counted, rank 0 prints why and logs only the peak.
     """
-    peak = peak_flops_across_ranks(plan.threads_per_rank, plan.ranks_per_node)
+    dtype = COMPUTE_DTYPES[plan.precision]
+    peak = peak_flops_across_ranks(plan.threads_per_rank, plan.ranks_per_node, dtype)
     if hvd.rank() != 0:
         return {}
     metrics = {"peak_flops_per_s": peak}
@@ -70,5 +74,5 @@ def model_flop_utilisation(
         achieved_flops_per_s=achieved,
     )
     print(f"mfu {achieved / peak:.3g}: {format_flops(achieved)} achieved of "
-          f"{format_flops(peak)} measured matmul peak", flush=True)  # fmt: skip
+          f"{format_flops(peak)} measured matmul peak ({dtype})", flush=True)  # fmt: skip
     return metrics

@@ -12,18 +12,32 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 
-def init(threads_per_rank: int, seed: int, deterministic: bool = False) -> None:
-    """Start Horovod, bound TensorFlow's thread pools and seed every RNG the same way."""
+class MissingDevice(RuntimeError):
+    """A rank that was planned with a GPU and sees none (never a silent fall-back to the CPU)."""
+
+
+def init(threads_per_rank: int, seed: int, deterministic: bool = False, gpus: int = 0) -> None:
+    """Start Horovod, bound TensorFlow's thread pools and seed every RNG the same way.
+
+    With ``gpus`` > 0 the rank must see a GPU, else :class:`MissingDevice`.
+    """
     tf.config.threading.set_intra_op_parallelism_threads(threads_per_rank)
     tf.config.threading.set_inter_op_parallelism_threads(threads_per_rank)
     if deterministic:
         tf.config.experimental.enable_op_determinism()
     hvd.init()
-    gpus = tf.config.list_physical_devices("GPU")
-    for gpu in gpus:
+    found = tf.config.list_physical_devices("GPU")
+    if gpus > 0 and not found:
+        raise MissingDevice(
+            f"gpus={gpus}: TensorFlow on rank {hvd.rank()} ({os.uname().nodename}) sees no GPU "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}, "
+            f"TensorFlow {tf.__version__} built with CUDA: {tf.test.is_built_with_cuda()}): "
+            "install tensorflow[and-cuda] (TNTRUN_DEVICE=gpu make setup) or set gpus=0"
+        )
+    for gpu in found:
         tf.config.experimental.set_memory_growth(gpu, True)
-    if gpus:
-        tf.config.set_visible_devices(gpus[hvd.local_rank() % len(gpus)], "GPU")
+    if found:
+        tf.config.set_visible_devices(found[hvd.local_rank() % len(found)], "GPU")
     random.seed(seed)
     np.random.seed(seed)
     tf.random.set_seed(seed)

@@ -14,11 +14,13 @@ from omegaconf import OmegaConf
 
 from tntrun.config.zoo import build_dataset, build_model, distributes_automatically
 from tntrun.engine import callbacks as cb
+from tntrun.engine import nonfinite, precision
 from tntrun.engine.bleu import BleuEvaluation
 from tntrun.engine.data import distribute_eval, distribute_train, shard_size
 from tntrun.engine.distributed_optimizer import distributed_optimizer
 from tntrun.engine.lr_schedule import PlannedSchedule
 from tntrun.engine.mfu import model_flop_utilisation
+from tntrun.engine.nonfinite import NonFiniteGuard, NonFiniteLoss, Snapshot, watch_averaged_loss
 from tntrun.engine.optimizers import build_optimizer
 from tntrun.engine.tasks import compile_spec
 from tntrun.planning.checkpoints import STATE_PREFIX, CheckpointMeta, config_hash
@@ -54,8 +56,10 @@ def user_callbacks(specs: dict[str, Any], is_master: bool) -> list[keras.callbac
     return chosen
 
 
-def input_pipelines(cfg: Any, plan: Plan, dataset: Any, info, rank: int, size: int):
-    """(train stream, this rank's validation batches, its validation sample count)."""
+def input_pipelines(cfg: Any, plan: Plan, dataset: Any, info, rank: int, size: int,
+                    first_epoch: int | None = None):  # fmt: skip
+    """(train stream from ``first_epoch`` (default: the plan's), this rank's validation
+    batches, its validation sample count)."""
     if not distributes_automatically(cfg.dataset):
         # Manual mode: the dataset shards and micro-batches itself for this rank.
         train, val = dataset.load_for_rank(
@@ -73,7 +77,7 @@ def input_pipelines(cfg: Any, plan: Plan, dataset: Any, info, rank: int, size: i
         rank=rank,
         size=size,
         seed=int(cfg.seed),
-        first_epoch=plan.initial_epoch,
+        first_epoch=plan.initial_epoch if first_epoch is None else first_epoch,
         epochs=plan.epochs,
         drop_remainder=bool(cfg.train.drop_remainder),
     )
@@ -89,8 +93,7 @@ def restore_and_broadcast(model, optimizer, plan: Plan) -> None:
     """
     optimizer.build(model.trainable_variables)
     if plan.resume_from is not None and hvd.rank() == 0:
-        state = tf.train.Checkpoint(model=model, optimizer=optimizer)
-        state.read(str(Path(plan.resume_from) / STATE_PREFIX)).assert_existing_objects_matched()
+        precision.read_checkpoint(model, optimizer, str(Path(plan.resume_from) / STATE_PREFIX))
         optimizer.iterations.assign(plan.initial_step)
         print(f"resumed from {plan.resume_from} at epoch {plan.initial_epoch}, "
               f"step {plan.initial_step}", flush=True)  # fmt: skip
@@ -99,11 +102,16 @@ def restore_and_broadcast(model, optimizer, plan: Plan) -> None:
 
 def save_final(model, cfg, info, run_dir: Path) -> None:
     """Master rank: final weights as NumPy arrays and a clean, uncompiled Keras model."""
-    weights = model.get_weights()
-    np.savez(run_dir / FINAL_WEIGHTS, *weights)
-    clean = build_model(cfg.model, info)
-    clean.set_weights(weights)
-    clean.save(run_dir / FINAL_MODEL)
+    np.savez(run_dir / FINAL_WEIGHTS, *model.get_weights())
+    save_clean_model(model, cfg, info, run_dir / FINAL_MODEL)
+
+
+def save_clean_model(model, cfg, info, path: Path) -> None:
+    """``model``'s weights in a freshly built, uncompiled model (no Horovod optimizer)."""
+    with precision.policy("float32"):  # the weights are float32 in every train.precision
+        clean = build_model(cfg.model, info)
+    clean.set_weights(model.get_weights())
+    clean.save(path)
 
 
 def train(cfg: Any, plan: Plan, run_dir: Path) -> dict[str, float]:
@@ -115,15 +123,19 @@ def train(cfg: Any, plan: Plan, run_dir: Path) -> dict[str, float]:
     info = dataset.info()
     train_ds, val_ds, val_samples = input_pipelines(cfg, plan, dataset, info, rank, size)
 
-    model = build_model(cfg.model, info)
-    optimizer = distributed_optimizer(
+    precision.set_precision(plan.precision)  # before the model is built
+    model = precision.float32_outputs(build_model(cfg.model, info), info.input_shape)
+    optimizer = precision.with_loss_scaling(distributed_optimizer(
         build_optimizer(cfg.optimizer, PlannedSchedule(plan.schedule)),
         compression=COMPRESSION[str(cfg.horovod.compression)],
         backward_passes_per_step=plan.backward_passes_per_step,
         average_aggregated_gradients=True,
-    )
+    ), plan.precision)  # fmt: skip
+    averaged_loss = watch_averaged_loss(optimizer)  # for the non-finite guard
     model.compile(optimizer=optimizer,
                   **compile_spec(info.task, float(cfg.train.label_smoothing)))  # fmt: skip
+    if plan.jit_compile:
+        precision.compile_gradients_with_xla(model)
     restore_and_broadcast(model, optimizer, plan)
 
     # Rank 0's metrics go to the driver, which logs them to MLflow (no rank imports MLflow).
@@ -132,6 +144,7 @@ def train(cfg: Any, plan: Plan, run_dir: Path) -> dict[str, float]:
     sync_guard = cb.WeightSyncGuard(int(cfg.train.check_sync_every_epochs))
     callbacks: list[keras.callbacks.Callback] = [
         throughput,  # first: its epoch time leaves out the others' per-epoch work
+        NonFiniteGuard(averaged_loss),  # before any other callback sees a bad step
         sync_guard,
         cb.LearningRateLogger(),
         cb.AverageTrainMetrics(plan.steps_per_epoch * plan.micro_batch_size),
@@ -150,29 +163,60 @@ def train(cfg: Any, plan: Plan, run_dir: Path) -> dict[str, float]:
                 int(cfg.train.bleu_max_sentences), int(cfg.train.bleu_beam_size),
                 info.input_shape[0],
             ))  # fmt: skip
-        callbacks += master_callbacks(cfg, plan, run_dir, metrics_log)
+        callbacks += master_callbacks(
+            cfg, plan, run_dir, metrics_log, lambda path: save_clean_model(model, cfg, info, path)
+        )
     callbacks.append(cb.Heartbeat(run_dir / HEARTBEATS, rank))  # last: see Heartbeat
 
-    history = model.fit(
-        train_ds,
-        epochs=plan.epochs,
-        initial_epoch=plan.initial_epoch,
-        steps_per_epoch=plan.steps_per_epoch,
-        callbacks=callbacks,
-        verbose=0,
-    )
+    def stream(first_epoch: int):
+        return input_pipelines(cfg, plan, dataset, info, rank, size, first_epoch)[0]
+
+    history = fit_with_rollbacks(model, optimizer, cfg, plan, run_dir, train_ds, stream,
+                                 callbacks, metrics_log)  # fmt: skip
     final = {k: float(v[-1]) for k, v in history.history.items()}
     # All ranks: they measure the matmul peak together; rank 0 gets the metrics.
     utilisation = model_flop_utilisation(model, info, plan, throughput.steady_state())
     if metrics_log is not None:
         summary = {**throughput.steady_state(), "weights_rank_spread": sync_guard.final_spread,
-                   **utilisation}  # fmt: skip
+                   **utilisation, **precision.loss_scale_metrics(optimizer)}  # fmt: skip
         metrics_log.log(summary, step=plan.epochs - 1)
         save_final(model, cfg, info, run_dir)
     if cfg.predict_scaling:  # last: it recompiles the model, whose weights are saved by now
         predict_scaling(model, cfg, plan, info.task, throughput, run_dir, metrics_log,
                         input_pipelines(cfg, plan, dataset, info, rank, size)[0])  # fmt: skip
     return final
+
+
+def fit_with_rollbacks(model, optimizer, cfg, plan: Plan, run_dir: Path, train_ds,
+                       stream, callbacks, metrics_log):  # fmt: skip
+    """``model.fit``; after a non-finite loss, fail (train.on_nonfinite=fail) or roll back to
+    the last good state with a lower LR, up to train.max_rollbacks times."""
+    rollback = str(cfg.train.on_nonfinite) == "rollback"
+    snapshot = Snapshot(model, optimizer) if rollback else None  # the state before step 1
+    first_epoch, rollbacks = plan.initial_epoch, 0
+    while True:
+        try:
+            return model.fit(train_ds, epochs=plan.epochs, initial_epoch=first_epoch,
+                             steps_per_epoch=plan.steps_per_epoch, callbacks=callbacks,
+                             verbose=0)  # fmt: skip
+        except NonFiniteLoss as event:
+            if not rollback or rollbacks >= int(cfg.train.max_rollbacks):
+                if metrics_log is not None:
+                    nonfinite.record(run_dir, event, "fail", rollbacks=rollbacks)
+                raise
+            rollbacks += 1
+            first_epoch, restored = nonfinite.roll_back(model, optimizer, plan, run_dir, snapshot)
+            # The PlannedSchedule (tf_keras keeps it there; a loss scale optimizer's inner one).
+            schedule = getattr(optimizer, "inner_optimizer", optimizer)._learning_rate
+            schedule.scale.assign(schedule.scale * float(cfg.train.rollback_lr_factor))
+            lr_scale = float(schedule.scale.numpy())
+            if metrics_log is not None:
+                nonfinite.record(run_dir, event, "rollback", rollback=rollbacks,
+                                 restored=restored, lr_scale=lr_scale)  # fmt: skip
+                metrics_log.log({"rollbacks": rollbacks}, step=event.step)
+                print(f"{event}: rollback {rollbacks}/{cfg.train.max_rollbacks} to {restored} "
+                      f"(epoch {first_epoch}), LR x{lr_scale:g}", flush=True)  # fmt: skip
+            train_ds = stream(first_epoch)
 
 
 def predict_scaling(model, cfg, plan: Plan, task: str, throughput, run_dir: Path,
@@ -187,7 +231,7 @@ def predict_scaling(model, cfg, plan: Plan, task: str, throughput, run_dir: Path
 
 
 def master_callbacks(
-    cfg: Any, plan: Plan, run_dir: Path, metrics_log: Any
+    cfg: Any, plan: Plan, run_dir: Path, metrics_log: Any, save_model: Any
 ) -> list[keras.callbacks.Callback]:
     """Logging, progress, checkpoints and TensorBoard: the master rank's callbacks."""
     resolved = OmegaConf.to_container(cfg, resolve=True)
@@ -201,9 +245,12 @@ def master_callbacks(
                               config_hash(resolved))  # fmt: skip
 
     chosen: list[keras.callbacks.Callback] = [cb.EpochMetricsLogger(log_epoch)]
-    if cfg.checkpoint.every_epochs > 0:
+    ckpt = cfg.checkpoint
+    if ckpt.every_epochs > 0 or ckpt.monitor:
         chosen.append(cb.Checkpointer(
-            run_dir, int(cfg.checkpoint.every_epochs), int(cfg.checkpoint.keep), describe
+            run_dir, int(ckpt.every_epochs), int(ckpt.keep), describe,
+            min_interval_s=float(ckpt.min_interval_s), monitor=ckpt.monitor,
+            mode=str(ckpt.mode), save_model=save_model,
         ))  # fmt: skip
     if cfg.train.tensorboard:
         chosen.append(keras.callbacks.TensorBoard(

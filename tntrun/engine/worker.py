@@ -14,6 +14,9 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 from tntrun import run_files  # noqa: E402
 
+EXIT_CONFIG_ERROR = 2  # as the driver's: the rank's hardware does not match the plan
+EXIT_NONFINITE = 3
+
 
 def pin_to_socket(plan, argv: list[str]) -> None:
     """Re-execute this rank under ``numactl``, bound to its socket's cores and memory."""
@@ -47,12 +50,23 @@ def main(argv: list[str]) -> int:
 
     from tntrun.engine import runtime
 
-    runtime.init(plan.threads_per_rank, int(cfg.seed), bool(cfg.deterministic))
+    try:
+        runtime.init(plan.threads_per_rank, int(cfg.seed), bool(cfg.deterministic),
+                     plan.gpus_per_node)  # fmt: skip
+    except runtime.MissingDevice as missing:
+        print(f"tntrun: config error: {missing}", flush=True)
+        return EXIT_CONFIG_ERROR
     runtime.check_rank_api()
+    from tntrun.engine.nonfinite import NonFiniteLoss
     from tntrun.engine.trainer import train
 
-    final = train(cfg, plan, run_dir)
     rank = runtime.hvd.rank()
+    try:
+        final = train(cfg, plan, run_dir)
+    except NonFiniteLoss as stopped:  # every rank stops here at the same step
+        print(f"rank {rank}: stopped: {stopped} (train.on_nonfinite={cfg.train.on_nonfinite})",
+              flush=True)  # fmt: skip
+        return EXIT_NONFINITE
     if "mlflow" in sys.modules:  # its import alone would delay the first step by seconds
         raise RuntimeError(f"rank {rank} imported mlflow: only the driver opens the store")
     if rank == 0:

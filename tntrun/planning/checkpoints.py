@@ -22,6 +22,8 @@ from tntrun.run_files import CHECKPOINTS
 
 META = "meta.json"
 STATE_PREFIX = "state"
+BEST = "best"  # checkpoints/best: the best by checkpoint.monitor
+BEST_META = "best.json"
 # Keys that may change between an interrupted run and its resumption.
 VOLATILE_KEYS = ("train", "dry_run", "output_root", "tracking", "checkpoint", "resume",
                  "resume_allow_layout_change", "callbacks")  # fmt: skip
@@ -63,6 +65,24 @@ def read_meta(checkpoint: Path) -> CheckpointMeta:
     return CheckpointMeta(**json.loads((checkpoint / META).read_text()))
 
 
+def _write_atomically(
+    final: Path, meta: CheckpointMeta, write_state: Callable[[str], None],
+    extra: Mapping[str, Any] | None = None,
+) -> Path:  # fmt: skip
+    """Write a checkpoint folder under a temporary name and rename it to ``final``."""
+    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    write_state(str(tmp / STATE_PREFIX))
+    (tmp / META).write_text(json.dumps(asdict(meta), indent=2))
+    if extra is not None:
+        (tmp / BEST_META).write_text(json.dumps(dict(extra), indent=2))
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    return final
+
+
 def publish(
     run_dir: Path, meta: CheckpointMeta, write_state: Callable[[str], None], keep: int
 ) -> Path:
@@ -70,15 +90,24 @@ def publish(
 
     ``write_state`` receives the file prefix to write TensorFlow's state to.
     """
-    final = checkpoint_dir(run_dir, meta.epoch)
-    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    write_state(str(tmp / STATE_PREFIX))
-    (tmp / META).write_text(json.dumps(asdict(meta), indent=2))
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    final = _write_atomically(checkpoint_dir(run_dir, meta.epoch), meta, write_state)
     for old in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def publish_best(
+    run_dir: Path, meta: CheckpointMeta, write_state: Callable[[str], None],
+    monitor: str, value: float,
+) -> Path:  # fmt: skip
+    """Replace ``checkpoints/best`` (kept apart from the newest ``keep``; resume ignores it)."""
+    best = {"monitor": monitor, "value": value, "epoch": meta.epoch, "step": meta.step}
+    return _write_atomically(run_dir / CHECKPOINTS / BEST, meta, write_state, best)
+
+
+def best_checkpoint(run_dir: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The best checkpoint and its ``best.json`` (monitor, value, epoch), if any."""
+    folder = run_dir / CHECKPOINTS / BEST
+    if not (folder / BEST_META).is_file():
+        return None
+    return folder, json.loads((folder / BEST_META).read_text())

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import socket
+import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tntrun.planning.layout import LOCALHOST
 
 
 @dataclass(frozen=True)
@@ -20,6 +25,9 @@ class MachineFacts:
     env: Mapping[str, str] = field(default_factory=dict)
     python: str = "python"
     horovodrun: str = "horovodrun"
+    hostname: str = "localhost"
+    gpus: int = 0  # GPUs this node shows (nvidia-smi -L, else /dev/nvidia<N>)
+    gpu_probe: str = "not probed"  # how they were counted, for messages
 
 
 def venv_executable(name: str) -> str:
@@ -39,4 +47,31 @@ def machine_facts() -> MachineFacts:
         env=dict(os.environ),
         python=sys.executable,
         horovodrun=venv_executable("horovodrun"),
+        hostname=socket.gethostname(),
+        **dict(zip(("gpus", "gpu_probe"), count_gpus(), strict=True)),
     )
+
+
+def count_gpus() -> tuple[int, str]:
+    """GPUs on this node without importing TensorFlow: ``nvidia-smi -L``, else device files."""
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            listed = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20)
+        except (OSError, subprocess.SubprocessError) as err:
+            return 0, f"nvidia-smi -L failed ({err})"
+        found = [line for line in listed.stdout.splitlines() if line.startswith("GPU ")]
+        return len(found), f"nvidia-smi -L lists {len(found)}"
+    devices = [p for p in Path("/dev").glob("nvidia*") if re.fullmatch(r"nvidia\d+", p.name)]
+    return len(devices), f"no nvidia-smi, {len(devices)} /dev/nvidia<N> device(s)"
+
+
+def device_problems(hosts: Sequence[tuple[str, int]], gpus: int, facts: MachineFacts) -> list[str]:
+    """Ranks that would run here asking for more GPUs than this node shows (a real run;
+    a dry run may plan for GPUs elsewhere). Remote hosts are checked by their ranks."""
+    here = any(host in (LOCALHOST, facts.hostname) for host, _ in hosts)
+    if gpus > 0 and here and facts.gpus < gpus:
+        return [f"gpus={gpus}: this node ({facts.hostname}) shows {facts.gpus} GPU(s) "
+                f"({facts.gpu_probe}): run on a node with {gpus} GPUs or set gpus=0 for CPU "
+                "ranks"]  # fmt: skip
+    return []

@@ -74,6 +74,8 @@ class Plan:
     resume_from: str | None = None
     initial_epoch: int = 0
     initial_step: int = 0
+    precision: str = "float32"  # train.precision: the ranks' Keras dtype policy
+    jit_compile: bool = False  # train.jit_compile: forward and backward pass compiled by XLA
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2)
@@ -379,4 +381,6 @@ def build_plan(
         resume_from=None if resume is None else resume.checkpoint,
         initial_epoch=initial_epoch,
         initial_step=initial_step,
+        precision=str(cfg["train"].get("precision", "float32")),
+        jit_compile=bool(cfg["train"].get("jit_compile", False)),
     )

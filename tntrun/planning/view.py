@@ -10,6 +10,22 @@ import numpy as np
 from tntrun.planning.plan import Plan
 from tntrun.planning.schedules import learning_rate
 
+# train.precision as the dry run describes it.
+PRECISIONS = {
+    "float32": "float32",
+    "mixed_bfloat16": "mixed_bfloat16: bfloat16 compute, float32 weights and logits",
+    "mixed_float16": "mixed_float16: float16 compute, float32 weights and logits, dynamic loss "
+    "scaling (gradients unscaled before the allreduce)",
+}
+
+
+def precision_text(plan: Plan) -> str:
+    """The dry run's description of ``train.precision``."""
+    text = PRECISIONS.get(plan.precision, plan.precision)
+    if plan.precision == "mixed_float16" and not plan.gpus_per_node:
+        text += "; slow on CPU (no float16 units), correct"
+    return text
+
 
 def _rows(plan: Plan) -> list[tuple[str, str]]:
     s = plan.schedule
@@ -19,6 +35,9 @@ def _rows(plan: Plan) -> list[tuple[str, str]]:
         ("hosts:slots", hosts),
         ("device", f"{plan.gpus_per_node} GPU(s) per node" if plan.gpus_per_node else "CPU"),
         ("threads per rank", str(plan.threads_per_rank)),
+        ("precision", precision_text(plan)),
+        ("XLA (jit_compile)", "on: forward and backward pass per rank; allreduce and update "
+                              "outside XLA" if plan.jit_compile else "off"),
         ("global batch", f"{plan.global_batch_size} = {plan.world_size} x "
                          f"{plan.micro_batch_size} (micro-batch)"),
         ("validation micro-batch", str(plan.val_micro_batch_size)),

@@ -11,7 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from tntrun.tracking.runs_table import DatasetRecord
 
 # (key, value, timestamp in ms, step): one metric point
 MetricPoint = tuple[str, float, int, int]
@@ -40,6 +43,11 @@ class Tracker(Protocol):
         ...
 
     def log_params(self, params: Mapping[str, Any]) -> None: ...
+
+    def log_dataset(self, dataset: DatasetRecord) -> None:
+        """Record the dataset the run trains on (name, source, digest, sizes)."""
+        ...
+
     def log_metrics(self, points: Sequence[MetricPoint]) -> None: ...
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None: ...
     def set_tag(self, key: str, value: str) -> None: ...
@@ -56,6 +64,10 @@ class Tracker(Protocol):
 
     def ui_command(self) -> list[str]:
         """The command that shows the store in a browser."""
+        ...
+
+    def ui_url(self) -> str:
+        """The run's page in the browser once ``ui_command()`` runs."""
         ...
 
 

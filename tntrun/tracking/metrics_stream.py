@@ -4,7 +4,8 @@ No rank imports MLflow (its import alone costs seconds before the first
 step): rank 0 appends one JSON line per ``log`` call, and the driver, which has
 MLflow loaded anyway, relays new lines into the run about once a second and
 once more when the ranks have ended, so nothing written is lost even when a
-rank dies.
+rank dies. While the tracking store is down the lines wait in the file; the
+relay sends them, in order and once, when it answers again.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from tntrun.run_files import METRICS as METRICS_FILE
@@ -44,37 +45,91 @@ def parse_lines(lines: Iterable[str]) -> list[MetricPoint]:
     return points
 
 
+def last_values(path: Path) -> dict[str, float]:
+    """Each metric's last value in a metrics file (the run's final metrics, read locally)."""
+    if not path.exists():
+        return {}
+    complete = path.read_bytes()
+    complete = complete[: complete.rfind(b"\n") + 1]
+    return {key: value for key, value, _, _ in parse_lines(complete.decode().splitlines())}
+
+
 class MetricsRelay:
     """Driver's side: forward new lines of the metrics file to ``send`` while the job runs.
 
-    Use as a context manager around the job; leaving it sends what is left.
+    Use as a context manager around the job; leaving it sends what is left (unless the
+    store is down: then the caller retries with :meth:`drain`). A failed send (the store
+    is down) keeps its lines: ``offset``, the bytes delivered, only moves past lines
+    ``send`` accepted, so they go again with the next attempt, in order and once. Sends
+    carry whole lines of at most ``max_points`` points (one MLflow request), so a failure
+    never leaves half a batch delivered. Failures never end the relay: ``on_failure(error)``
+    is called when sending starts failing and ``on_recovery(lines)`` when it works again,
+    with the number of lines caught up.
     """
 
     def __init__(self, path: Path, send: Callable[[list[MetricPoint]], None],
-                 interval_s: float = 1.0) -> None:  # fmt: skip
+                 interval_s: float = 1.0, *, offset: int = 0, max_points: int = 1000,
+                 on_failure: Callable[[BaseException], None] | None = None,
+                 on_recovery: Callable[[int], None] | None = None) -> None:  # fmt: skip
         self.path, self.send, self.interval_s = path, send, interval_s
-        self._offset = 0
+        self.offset = offset  # bytes of the file delivered
+        self.lines_sent = 0
+        self.max_points = max_points
+        self.failure: BaseException | None = None  # the last failed send, until one succeeds
+        self._on_failure, self._on_recovery = on_failure, on_recovery
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tntrun-metrics", daemon=True)
 
-    def drain(self) -> None:
-        """Send every complete line written since the last call."""
+    def drain(self) -> int:
+        """Send every complete line written since the last delivered one; the lines sent.
+
+        Raises what ``send`` raised; the lines not accepted stay for the next call.
+        """
         if not self.path.exists():
-            return
+            return 0
         with self.path.open("rb") as stream:
-            stream.seek(self._offset)
+            stream.seek(self.offset)
             chunk = stream.read()
         complete = chunk[: chunk.rfind(b"\n") + 1]  # a line being written waits for the next call
-        if not complete:
-            return
-        self._offset += len(complete)
-        points = parse_lines(complete.decode().splitlines())
-        if points:
-            self.send(points)
+        sent = 0
+        for size, lines, points in self._batches(complete):
+            if points:
+                self.send(points)
+            self.offset += size
+            sent += lines
+        self.lines_sent += sent
+        return sent
+
+    def _batches(self, complete: bytes) -> Iterator[tuple[int, int, list[MetricPoint]]]:
+        """(bytes, lines, points) of consecutive whole lines, up to ``max_points`` points each."""
+        size, lines, points = 0, 0, []
+        for line in complete.splitlines(keepends=True):
+            new = parse_lines([line.decode()]) if line.strip() else []
+            if points and len(points) + len(new) > self.max_points:
+                yield size, lines, points
+                size, lines, points = 0, 0, []
+            size, lines, points = size + len(line), lines + 1, points + new
+        if size:
+            yield size, lines, points
+
+    def try_drain(self) -> bool:
+        """:meth:`drain`, reporting instead of raising a failure; True when it worked."""
+        try:
+            sent = self.drain()
+        except Exception as err:  # the store is down: the lines wait in the file
+            if self.failure is None and self._on_failure is not None:
+                self._on_failure(err)
+            self.failure = err
+            return False
+        if self.failure is not None:
+            self.failure = None
+            if self._on_recovery is not None:
+                self._on_recovery(sent)
+        return True
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
-            self.drain()
+            self.try_drain()
 
     def __enter__(self) -> MetricsRelay:
         self._thread.start()
@@ -83,4 +138,5 @@ class MetricsRelay:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        self.drain()
+        if self.failure is None:  # else the store is down: the caller retries (outage.Delivery)
+            self.try_drain()

@@ -7,20 +7,30 @@ TensorFlow (:mod:`tntrun.tracking.session`).
 
 from __future__ import annotations
 
+import json
 import os
+import sys
+import threading
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from tntrun.tracking import MetricPoint
+from tntrun.tracking.outage import bound_http_retries
+from tntrun.tracking.runs_table import DatasetRecord
 from tntrun.tracking.store import store_lock, store_problems, tracking_uri
 
 MAX_PARAM_VALUE = 6000  # MLflow truncates longer values.
 PARAMS_PER_BATCH = 100  # MLflow's log_batch limits.
 METRICS_PER_BATCH = 1000
 ARTIFACTS = "mlartifacts"  # under output_root, one folder per experiment
+# The experiment tag MLflow 3's UI reads to choose its view; "custom_model_development"
+# is its "Machine learning" kind (runs table), "genai_development" its traces view.
+EXPERIMENT_KIND = "mlflow.experimentKind"
+MODEL_TRAINING = "custom_model_development"
+END_SAMPLE_WAIT_S = 30.0
 
 
 class MlflowTracker:
@@ -34,6 +44,7 @@ class MlflowTracker:
         self.artifact_root = Path(output_root) / ARTIFACTS
         self.run_id: str | None = None
         self._experiment_id: str | None = None
+        bound_http_retries(self.store)  # a server gone away fails a request in seconds
 
     @classmethod
     def at(cls, uri: str | None, output_root: Path = Path("outputs")) -> MlflowTracker:
@@ -48,6 +59,7 @@ class MlflowTracker:
     def client(self) -> Any:
         """The MLflow client; its first use of a fresh store (the schema) under the store lock."""
         os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+        _start_cpu_clock()  # the run's first system sample: CPU while the store opens
         from mlflow.tracking import MlflowClient  # seconds: only once the ranks are starting
 
         with store_lock(self.store):
@@ -60,7 +72,11 @@ class MlflowTracker:
 
     @property
     def experiment_id(self) -> str:
-        """The experiment's id, created if missing (under a lock: parallel drivers)."""
+        """The experiment's id, created if missing (under a lock: parallel drivers).
+
+        Marked as model training (``EXPERIMENT_KIND``), also when it exists without a
+        kind, so MLflow 3's UI opens its runs table rather than its GenAI traces view.
+        """
         if self._experiment_id is None:
             client = self.client
             with store_lock(self.store):  # one creator of the experiment among parallel drivers
@@ -68,10 +84,13 @@ class MlflowTracker:
                 if experiment is None:
                     location = (self.artifact_root / self.experiment_name).resolve().as_uri()
                     self._experiment_id = client.create_experiment(
-                        self.experiment_name, location
+                        self.experiment_name, location, tags={EXPERIMENT_KIND: MODEL_TRAINING}
                     )
                 else:
                     self._experiment_id = experiment.experiment_id
+                    if not experiment.tags.get(EXPERIMENT_KIND):  # a user's choice stays
+                        client.set_experiment_tag(self._experiment_id, EXPERIMENT_KIND,
+                                                  MODEL_TRAINING)  # fmt: skip
         return self._experiment_id
 
     def start(
@@ -124,7 +143,13 @@ class MlflowTracker:
     @contextmanager
     def system_metrics(self, enabled: bool, interval_s: float,
                        node_id: str | None) -> Iterator[None]:  # fmt: skip
-        """MLflow's system metrics (psutil) of this node while the job runs."""
+        """MLflow's system metrics (psutil) of this node while the job runs.
+
+        One sample when the run starts, one every ``interval_s`` and one at the end,
+        however short the run (MLflow's own monitor thread logs its first sample after
+        an interval, with a CPU reading of no span, and none at the end). MLflow's
+        monitors collect them and name them ``system/...``.
+        """
         if not enabled:
             yield
             return
@@ -132,11 +157,24 @@ class MlflowTracker:
 
         monitor = SystemMetricsMonitor(self.run_id, sampling_interval=interval_s,
                                        node_id=node_id, tracking_uri=self.store)  # fmt: skip
-        monitor.start()
+        _system_sample(monitor)  # its CPU: since the store opened (_start_cpu_clock)
+        stop = threading.Event()
+        sampler = threading.Thread(target=_sample_until, args=(monitor, stop), daemon=True,
+                                   name="tntrun-system-metrics")  # fmt: skip
+        sampler.start()
         try:
             yield
         finally:
-            monitor.finish()
+            stop.set()
+            sampler.join(timeout=END_SAMPLE_WAIT_S)  # a store that hangs does not hold the run
+
+    def log_dataset(self, dataset: DatasetRecord) -> None:
+        """The run's dataset as an MLflow dataset input (the runs table's Dataset column).
+
+        Under the store lock: parallel jobs logging the same dataset race to insert it."""
+        client = self.client
+        with store_lock(self.store):
+            client.log_inputs(self.run_id, datasets=[dataset_input(dataset)])
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         if path.is_dir():
@@ -160,3 +198,52 @@ class MlflowTracker:
         from tntrun.tracking.ui import server_command
 
         return server_command(self.store)
+
+    def ui_url(self) -> str:
+        from tntrun.tracking.ui import run_url
+
+        return run_url(self.experiment_id, str(self.run_id))
+
+
+def dataset_input(dataset: DatasetRecord) -> Any:
+    """MLflow's ``DatasetInput`` for a run's dataset (its context as ``mlflow.data.context``)."""
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+    from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+    entity = Dataset(
+        name=dataset.name,
+        digest=dataset.digest,
+        source_type=dataset.source_type,
+        source=json.dumps(dict(dataset.source)),
+        profile=json.dumps(dict(dataset.profile)),
+    )
+    return DatasetInput(entity, tags=[InputTag(MLFLOW_DATASET_CONTEXT, dataset.context)])
+
+
+def _start_cpu_clock() -> None:
+    """psutil's system CPU % counts from its previous call in the same thread: start it."""
+    with suppress(ImportError):
+        import psutil
+
+        psutil.cpu_percent()
+
+
+def _system_sample(monitor: Any) -> bool:
+    """Collect and log one system-metrics sample now, with MLflow's names and next step."""
+    try:
+        monitor.collect_metrics()
+        monitor.publish_metrics(monitor.aggregate_metrics())
+        monitor.mlflow_logger.flush()
+    except Exception as err:  # a missing sample never fails the run
+        print(f"tntrun: warning: system metrics not logged: {err}", file=sys.stderr)
+        return False
+    return True
+
+
+def _sample_until(monitor: Any, stop: threading.Event) -> None:
+    """A sample every sampling interval and a last one when ``stop`` is set."""
+    _start_cpu_clock()  # psutil counts CPU per thread
+    while not stop.wait(float(monitor.sampling_interval)):
+        if not _system_sample(monitor):
+            return
+    _system_sample(monitor)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import getpass
 import hashlib
 import importlib.metadata
 import importlib.util
 import json
 import os
 import platform
+import shlex
 import subprocess
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from tntrun.planning.machine import venv_executable
@@ -47,6 +51,23 @@ def git_tags(directory: Path) -> dict[str, str]:
         return {}
     return {"mlflow.source.git.commit": commit, "git.dirty": str(dirty).lower(),
             "git.repo": root}  # fmt: skip
+
+
+def source_tags(argv: Sequence[str] | None = None) -> dict[str, str]:
+    """MLflow's source tags: the script (its base name is the UI's Source column), who ran it.
+
+    ``command`` keeps the whole command line (``tntrun model=cnn ...``).
+    """
+    argv = list(sys.argv if argv is None else argv)
+    script = argv[0] if argv and argv[0] not in ("", "-c", "-") else "<console>"
+    try:
+        user = getpass.getuser()
+    except Exception:  # no login name (a container without a passwd entry)
+        user = "unknown"
+    tags = {"mlflow.source.name": script, "mlflow.source.type": "LOCAL", "mlflow.user": user}
+    if argv:
+        tags["command"] = shlex.join([Path(script).name, *argv[1:]])[:5000]
+    return tags
 
 
 def horovod_build() -> dict[str, str]:

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import Mapping
 from pathlib import Path
 
 from tntrun import run_files
 from tntrun.launch.rank_logs import find_failure
-from tntrun.planning.checkpoints import latest_checkpoint
+from tntrun.planning.checkpoints import best_checkpoint, latest_checkpoint
 from tntrun.planning.plan import Plan
 from tntrun.tracking import Tracker
-from tntrun.tracking.provenance import git_tags, horovod_build, versions
+from tntrun.tracking.provenance import git_tags, horovod_build, source_tags, versions
 
 
 def start_tags(
@@ -20,6 +21,7 @@ def start_tags(
     """Tags known before launch: code, versions, layout, how it was started."""
     return {
         **git_tags(Path.cwd()),
+        **source_tags(),  # mlflow.source.name/type, mlflow.user, command
         **versions(),
         **horovod_build(),  # also with launcher=srun, whose command is not horovodrun
         "world_size": str(plan.world_size),
@@ -49,6 +51,14 @@ def record_outputs(
     checkpoint = latest_checkpoint(run_dir)
     if checkpoint is not None:
         tracker.log_artifact(checkpoint, path(f"checkpoint/{checkpoint.name}"))
+    best = best_checkpoint(run_dir)
+    if best is not None:
+        folder, found = best
+        tracker.log_artifact(folder, path("best"))
+        tracker.set_tag("best.epoch", str(found["epoch"]))
+        tracker.set_tag(f"best.{found['monitor']}", f"{found['value']:.6g}")
+    for key, value in nonfinite_tags(run_dir).items():
+        tracker.set_tag(key, value)
     if stalled:
         tracker.set_tag("failure.stalled", stalled)
     elif status == "FAILED":
@@ -59,3 +69,23 @@ def record_outputs(
             tracker.log_artifact(report, prefix)
             tracker.set_tag("failure.rank", str(failure.rank))
             tracker.set_tag("failure.last_lines", failure.last_lines[:5000])
+
+
+def nonfinite_tags(run_dir: Path) -> dict[str, str]:
+    """Tags from rank 0's non-finite loss events: each rollback, and the failure if any."""
+    events_file = run_dir / run_files.NONFINITE
+    if not events_file.is_file():
+        return {}
+    tags = {}
+    events = [json.loads(line) for line in events_file.read_text().splitlines() if line]
+    for event in events:
+        where = f"loss became {event['loss']} at epoch {event['epoch']}, step {event['step']}"
+        if event["action"] == "rollback":
+            tags[f"rollback.{event['rollback']}"] = (
+                f"{where}: restored {event['restored']}, LR x{event['lr_scale']:g}"
+            )
+        else:
+            tags["failure.nonfinite"] = where
+    rollbacks = sum(event["action"] == "rollback" for event in events)
+    tags["rollbacks"] = str(rollbacks)
+    return tags

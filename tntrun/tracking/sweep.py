@@ -17,6 +17,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from tntrun.tracking import Tracker, tracker_for
+from tntrun.tracking.provenance import source_tags
 
 PARENT_FILE = "mlflow_parent_run_id"
 
@@ -47,7 +48,7 @@ class SweepTracking(Callback):
         run_id = tracker.start(
             f"sweep {sweep_dir.name}",
             {"tntrun.tracking.sweep": "parent", "sweep_dir": str(sweep_dir.resolve()),
-             "hydra.overrides": overrides},
+             "hydra.overrides": overrides, **source_tags()},
         )  # fmt: skip
         (sweep_dir / PARENT_FILE).write_text(run_id)
         print(f"tntrun: sweep parent run {run_id} in {tracker.store}")

@@ -17,6 +17,16 @@ def server_command(uri: str, host: str = "127.0.0.1", port: int = 5000) -> list[
             "--port", str(port), "--workers", "1"]  # fmt: skip
 
 
+# MLflow 3.17's UI shows an experiment in its GenAI view (traces) or its model-training view
+# (runs table) by a browser-wide switch, not by the experiment's kind tag; this selects the latter.
+TRAINING_VIEW = "workflowType=machine_learning"
+
+
+def run_url(experiment_id: str, run_id: str, host: str = "127.0.0.1", port: int = 5000) -> str:
+    """The run's page in the UI of :func:`server_command`, in the model-training view."""
+    return f"http://{host}:{port}/#/experiments/{experiment_id}/runs/{run_id}?{TRAINING_VIEW}"
+
+
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="tntrun ui", description=__doc__)
     parser.add_argument(
@@ -30,7 +40,9 @@ def main(argv: Sequence[str]) -> int:
     args = parser.parse_args(argv)  # fmt: skip
     uri = tracking_uri(args.tracking_uri, Path(args.output_root))
     command = server_command(uri, args.host, args.port)
-    print(f"tntrun ui: http://{args.host}:{args.port} over {uri} (Ctrl-C stops it)", flush=True)
+    print(f"tntrun ui: http://{args.host}:{args.port} over {uri} (Ctrl-C stops it); runs "
+          "tables: choose \"Model training\" at the top left (the browser keeps it)",
+          flush=True)  # fmt: skip
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.execvp(command[0], command)
     return 0  # not reached

@@ -1,0 +1,173 @@
+"""train.precision and train.jit_compile: schema, plan, dry run, float32 outputs, MFU cache key;
+with real ranks: loss scaling composed with Horovod, and cnn on digits trained in every mode
+reaching the float32 run's accuracy."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra.errors import ConfigCompositionException
+
+from tests.conftest import BIN, clean_env, run_dir_of, tntrun_cli
+from tests.test_plan import plan_for
+from tntrun import run_files
+from tntrun.planning.plan import Plan
+from tntrun.planning.view import render_plan
+from tntrun.tracking.metrics_stream import last_values, parse_lines
+
+# |val_accuracy - float32's| allowed after 3 epochs of cnn on digits (359 validation
+# images: 0.02 is 7 images; measured differences are at most 0.006, BENCHMARKS.md).
+ACCURACY_TOLERANCE = 0.02
+CNN = ("model=cnn", "train.epochs=3", "checkpoint.every_epochs=0", "tracking.log_every_steps=0")
+SCRIPT = Path(__file__).parent / "rank_scripts" / "loss_scaling.py"
+
+
+def test_a_misspelt_precision_fails_at_composition(compose_cfg):
+    with pytest.raises(ConfigCompositionException) as err:
+        compose_cfg("train.precision=mixed_float61")
+    assert "train.precision" in str(err.value.__cause__ or err.value)
+
+
+def test_the_plan_carries_precision_and_xla_and_the_dry_run_shows_them(compose_cfg):
+    default = plan_for(compose_cfg)
+    assert (default.precision, default.jit_compile) == ("float32", False)
+    plan = plan_for(compose_cfg, "train.precision=mixed_float16", "train.jit_compile=true")
+    assert (plan.precision, plan.jit_compile) == ("mixed_float16", True)
+    assert Plan.from_json(plan.to_json()) == plan
+    table = render_plan(plan)
+    assert "precision" in table and "dynamic loss scaling" in table
+    assert "slow on CPU" in table  # gpus=0
+    assert "on: forward and backward pass per rank" in table
+    assert "float32\n" in render_plan(default) and "XLA (jit_compile)" in render_plan(default)
+    bf16 = render_plan(plan_for(compose_cfg, "train.precision=mixed_bfloat16"))
+    assert "bfloat16 compute" in bf16 and "loss scaling" not in bf16
+
+
+def test_the_matmul_peak_is_cached_per_compute_dtype():
+    from tntrun.engine.flops import cache_key
+
+    assert cache_key(2, 1) == cache_key(2, 1, dtype="float32")
+    assert cache_key(2, 1, dtype="bfloat16").endswith("|dtype=bfloat16")
+    assert cache_key(2, 1, dtype="bfloat16") != cache_key(2, 1)
+
+
+@pytest.mark.parametrize("precision", ["mixed_bfloat16", "mixed_float16"])
+def test_every_zoo_model_outputs_float32_logits(precision):
+    import tensorflow as tf
+
+    from tntrun.engine import precision as mixed
+    from tntrun.models.cnn import build_cnn
+    from tntrun.models.mlp import build_mlp
+    from tntrun.models.resnet import build_resnet
+    from tntrun.models.transformer import build_transformer
+
+    builders = {
+        "mlp": (lambda: build_mlp((64,), 10), [tf.zeros((2, 64))]),
+        "cnn": (lambda: build_cnn((64,), 10), [tf.zeros((2, 64))]),
+        "resnet18": (lambda: build_resnet((8, 8, 3), 10, depth=18, stem="small"),
+                     [tf.zeros((2, 8, 8, 3))]),
+        "transformer": (lambda: build_transformer((6,), 20, param_set="tiny"),
+                        [tf.ones((2, 6), tf.int32), tf.ones((2, 6), tf.int32)]),
+    }  # fmt: skip
+    with mixed.policy(precision):
+        for name, (build, inputs) in builders.items():
+            built = build()
+            model = mixed.float32_outputs(built, ())
+            assert built.outputs[0].dtype != tf.float32, name  # the builder's logits: 16-bit
+            assert model.layers[-1].name == "float32_output", name
+            assert model.layers[-1].compute_dtype == "float32", name
+            assert model.trainable_variables == built.trainable_variables, name  # shared
+            out = model(inputs if len(inputs) > 1 else inputs[0], training=True)
+            assert out.dtype == tf.float32, name
+            assert all(v.dtype == tf.float32 for v in model.trainable_variables), name
+    assert mixed.float32_outputs(build_mlp((64,), 10), ()).layers[-1].name == "logits"
+
+
+def test_a_subclassed_model_gets_float32_outputs_too():
+    import tensorflow as tf
+    import tf_keras as keras
+
+    from tntrun.engine import precision as mixed
+
+    class Logits(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(3)
+
+        def call(self, x):
+            return self.dense(x)
+
+    with mixed.policy("mixed_bfloat16"):
+        model = mixed.float32_outputs(Logits(), (4,))
+        assert model(tf.zeros((2, 4))).dtype == tf.float32
+    assert keras.mixed_precision.global_policy().name == "float32"  # restored
+
+
+@pytest.mark.slow
+def test_loss_scaling_allreduces_unscaled_gradients_on_two_ranks():
+    result = subprocess.run(
+        [str(BIN / "horovodrun"), "--gloo", "-np", "2", "-H", "localhost:2",
+         sys.executable, str(SCRIPT)],
+        env={**clean_env(), "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1"},
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    out = result.stdout
+    assert result.returncode == 0, out[-3000:] + result.stderr[-3000:]
+    for rank in (0, 1):
+        for check in ("allreduced gradients are the unscaled ones",
+                      "Keras' own wrapping allreduces 32768 x the gradients",
+                      "overflow skipped on every rank, loss scale 16384",
+                      "the XLA step equals the standard step",
+                      "the non-finite guard averages the unscaled loss"):  # fmt: skip
+            assert f"rank {rank}: {check} ok" in out
+
+
+def train_cnn(work: Path, *overrides: str) -> tuple[dict[str, float], list[float], Path]:
+    """Final metrics, per-epoch training losses and run directory of a 3-epoch cnn run."""
+    result = tntrun_cli(work, *CNN, *overrides)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    run_dir = run_dir_of(result)
+    metrics = run_dir / run_files.METRICS
+    losses = [value for key, value, _, _ in parse_lines(metrics.read_text().splitlines())
+              if key == "loss"]  # fmt: skip
+    return last_values(metrics), losses, run_dir
+
+
+@pytest.fixture(scope="module")
+def float32_cnn(tmp_path_factory):
+    return train_cnn(tmp_path_factory.mktemp("float32"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "overrides",
+    [("train.precision=mixed_bfloat16",), ("train.jit_compile=true",),
+     ("train.precision=mixed_float16",)],
+    ids=["mixed_bfloat16", "jit_compile", "mixed_float16"],
+)  # fmt: skip
+def test_cnn_reaches_the_float32_accuracy(float32_cnn, tmp_path, overrides):
+    reference, _, _ = float32_cnn
+    assert reference["val_accuracy"] > 0.85
+    final, losses, run_dir = train_cnn(tmp_path, *overrides)
+    assert len(losses) == 3 and all(math.isfinite(v) for v in losses)
+    assert losses[-1] < losses[0]
+    assert abs(final["val_accuracy"] - reference["val_accuracy"]) <= ACCURACY_TOLERANCE, (
+        final["val_accuracy"], reference["val_accuracy"])  # fmt: skip
+    assert final["mfu"] > 0 and final["weights_rank_spread"] == 0
+    ranks_log = (run_dir / "ranks.log").read_text()
+    compute = {"train.precision=mixed_bfloat16": "bfloat16",
+               "train.precision=mixed_float16": "float16"}.get(overrides[0], "float32")  # fmt: skip
+    assert f"measured matmul peak ({compute})" in ranks_log
+    if overrides[0] == "train.jit_compile=true":
+        assert "Compiled cluster using XLA" in ranks_log
+    if overrides[0] == "train.precision=mixed_float16":
+        # Dynamic loss scaling never overflowed: still at its start, 2^15 (> 1).
+        assert final["loss_scale"] == 2.0**15
+    else:
+        assert "loss_scale" not in final
+    assert os.path.getsize(run_dir / "model.keras") > 0

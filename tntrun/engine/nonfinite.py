@@ -1,0 +1,131 @@
+"""The non-finite loss guard: every rank stops at the same step when the averaged loss is
+NaN or infinite, and the trainer fails the run or rolls back to the last good state.
+
+The rank-averaged loss is allreduced inside the training step, in the same
+Horovod cycle as the gradients (one more scalar in the fused buffer), so every
+rank reads the same value after the step and decides alike, without an extra
+round of communication. Reading it costs one scalar per step.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import horovod.tensorflow as hvd
+import numpy as np
+import tensorflow as tf
+import tf_keras as keras
+
+from tntrun import run_files
+
+
+class NonFiniteLoss(RuntimeError):
+    """The rank-averaged loss became NaN or infinite (raised on every rank at the same step)."""
+
+    def __init__(self, loss: float, epoch: int, step: int) -> None:
+        self.loss, self.epoch, self.step = loss, epoch, step
+        super().__init__(f"loss became {loss} at epoch {epoch}, step {step}")
+
+
+def watch_averaged_loss(optimizer: Any) -> tf.Variable:
+    """Make ``optimizer`` (Horovod's DistributedOptimizer) also average the loss it is given.
+
+    The loss is allreduced once this rank's gradients exist, i.e. when Horovod
+    enqueues their allreduce, so it joins their cycle and fusion buffer instead
+    of costing a cycle of its own. Returns the variable holding the last step's
+    rank-averaged loss.
+    """
+    averaged = tf.Variable(0.0, trainable=False, dtype=tf.float32, name="tntrun_averaged_loss")
+    tracing: dict[str, Any] = {}  # the loss of the step being traced
+    compute_gradients, allreduce = optimizer.compute_gradients, optimizer._allreduce
+
+    def compute_gradients_noting_loss(loss, var_list, tape=None):
+        tracing["loss"] = loss
+        try:
+            return compute_gradients(loss, var_list, tape=tape)
+        finally:
+            tracing.clear()
+
+    def allreduce_with_loss(grads, variables):
+        loss = tracing.get("loss")
+        if loss is not None:
+            with tf.control_dependencies([g for g in grads if g is not None]):
+                mean = hvd.allreduce(tf.cast(loss, tf.float32), op=hvd.Average, name="tntrun.loss")
+            averaged.assign(mean)
+        return allreduce(grads, variables)
+
+    optimizer.compute_gradients = compute_gradients_noting_loss
+    optimizer._allreduce = allreduce_with_loss
+    return averaged
+
+
+class NonFiniteGuard(keras.callbacks.Callback):
+    """After every training step: raise :class:`NonFiniteLoss` when the averaged loss is
+    not finite. Every rank reads the same value, so all raise at the same step, before
+    any epoch-end work (no checkpoint is written from the bad state)."""
+
+    def __init__(self, averaged_loss: tf.Variable) -> None:
+        super().__init__()
+        self._supports_tf_logs = True  # reads one variable, not the logs
+        self.averaged_loss = averaged_loss
+        self._epoch = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = float(self.averaged_loss.numpy())
+        if not math.isfinite(loss):
+            step = int(self.model.optimizer.iterations.numpy()) - 1  # the step that computed it
+            raise NonFiniteLoss(loss, self._epoch + 1, step)
+
+
+def record(run_dir: Path, event: NonFiniteLoss, action: str, **details: Any) -> None:
+    """Rank 0: append the event to ``nonfinite.jsonl`` (the driver tags the run from it)."""
+    line = {"t": time.time(), "loss": str(event.loss), "epoch": event.epoch,
+            "step": event.step, "action": action, **details}  # fmt: skip
+    with (run_dir / run_files.NONFINITE).open("a") as events:
+        events.write(json.dumps(line) + "\n")
+
+
+class Snapshot:
+    """Every rank's copy of the model and optimizer state (the same on all ranks after the
+    initial broadcast): where a rollback returns when no checkpoint exists yet."""
+
+    def __init__(self, model: Any, optimizer: Any) -> None:
+        self.variables = [*model.variables, *optimizer.variables]
+        self.values = [np.array(v.numpy()) for v in self.variables]
+
+    def restore(self) -> None:
+        for variable, value in zip(self.variables, self.values, strict=True):
+            variable.assign(value)
+
+
+def roll_back(model: Any, optimizer: Any, plan: Any, run_dir: Path,
+              snapshot: Snapshot | None) -> tuple[int, str]:  # fmt: skip
+    """Every rank: return to the last good state; (epoch to continue from, what was restored).
+
+    Rank 0 picks the newest checkpoint of this run (else the one it resumed from)
+    and restores it; without one every rank restores the snapshot taken before
+    the first step. All ranks then get rank 0's state.
+    """
+    from tntrun.planning.checkpoints import STATE_PREFIX, latest_checkpoint, read_meta
+
+    choice: tuple[str | None, int] = (None, plan.initial_epoch)
+    if hvd.rank() == 0:
+        found = latest_checkpoint(run_dir) or (Path(plan.resume_from) if plan.resume_from else None)
+        if found is not None:
+            choice = (str(found), read_meta(found).epoch)
+    source, epoch = hvd.broadcast_object(choice, root_rank=0, name="tntrun.rollback")
+    if source is None:
+        snapshot.restore()
+    elif hvd.rank() == 0:
+        from tntrun.engine.precision import read_checkpoint
+
+        read_checkpoint(model, optimizer, str(Path(source) / STATE_PREFIX))
+    hvd.broadcast_variables(model.variables + list(optimizer.variables), root_rank=0)
+    return epoch, source or "the state before the first step"

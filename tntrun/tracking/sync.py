@@ -1,0 +1,130 @@
+"""``tntrun sync <run dir>``: replay into the tracking store what it missed in an outage.
+
+The driver leaves ``tracking_pending.json`` in the run directory when the
+store was still unreachable at the end of a run (tracking.outage_grace_s). Sync
+completes the run from the directory: the metrics of ``metrics.jsonl`` past the
+delivered offset, the outputs and the final status. If the run was never
+created (or is not in the store given with ``--tracking-uri``), it creates it
+with its tags and params (config.yaml, plan.json) and replays every metric.
+Progress is saved as it goes, so it can be run again after a failure; once
+everything is delivered the pending file is deleted and a second sync has
+nothing to do.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+from tntrun import run_files
+from tntrun.tracking.outage import EXIT_TRACKING_PENDING, Pending, describe
+
+EXIT_NOT_A_RUN = 2
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="tntrun sync",
+        description="Replay into the tracking store what a run directory holds and the store "
+        "missed while it was unreachable: metrics, artifacts, the final status.",
+    )
+    parser.add_argument("run_dir", type=Path, help="the run directory the driver named")
+    parser.add_argument("--tracking-uri", default=None,
+                        help="the store to replay into (default: the run's own store)")  # fmt: skip
+    parser.add_argument("--wait-s", type=float, default=0.0,
+                        help="keep retrying while the store is unreachable this long")  # fmt: skip
+    args = parser.parse_args(argv)
+    run_dir = args.run_dir.resolve()
+    if not (run_dir / run_files.CONFIG).is_file():
+        print(f"tntrun sync: {run_dir} is not a run directory (no {run_files.CONFIG})")
+        return EXIT_NOT_A_RUN
+    pending = Pending.load(run_dir)
+    if pending is None:
+        print(f"tntrun sync: nothing to replay: {run_dir} has no {run_files.TRACKING_PENDING} "
+              "(its run reached its store)")  # fmt: skip
+        return 0
+    return sync(run_dir, pending, args.tracking_uri or pending.store, args.wait_s)
+
+
+def sync(run_dir: Path, pending: Pending, uri: str, wait_s: float = 0.0) -> int:
+    """Deliver ``pending`` into the store at ``uri``; the exit code."""
+    from omegaconf import OmegaConf
+
+    from tntrun.tracking import tracker_for
+    from tntrun.tracking.metrics_stream import MetricsRelay
+    from tntrun.tracking.outage import Delivery, is_outage, sync_line
+
+    cfg = OmegaConf.load(run_dir / run_files.CONFIG)
+    settings = {**OmegaConf.to_container(cfg.tracking, resolve=True), "uri": uri}
+    tracker = tracker_for(settings, Path(str(cfg.get("output_root", "outputs"))))
+    pending.store = uri  # another store than the run's: its run is found by id or made anew
+    problems = tracker.problems()
+    if problems:
+        for problem in problems:
+            print(f"tntrun sync: {problem}")
+        print(sync_line(uri, run_dir))
+        return EXIT_TRACKING_PENDING
+    relay = MetricsRelay(run_dir / run_files.METRICS, tracker.log_metrics,
+                         offset=pending.metrics_offset)  # fmt: skip
+    delivery = Delivery(tracker, run_dir, relay, pending.status, pending.stalled, pending.prefix,
+                        outputs_logged=pending.outputs_logged)  # fmt: skip
+
+    def open_run() -> None:
+        if tracker.run_id is None:
+            if pending.run_id:
+                try:
+                    tracker.attach(pending.run_id)
+                except LookupError as err:  # not in this store: a new run gets everything
+                    if is_outage(err, uri):  # or the store did not answer: try again later
+                        raise
+            if tracker.run_id is None:
+                tags = pending.tags or rebuilt_tags(run_dir)
+                tracker.start(pending.run_name, tags, pending.parent_run_id)
+                (run_dir / run_files.RUN_ID).write_text(tracker.run_id)
+                print(f"tntrun sync: created {tracker.label} run {tracker.run_id} in {uri}")
+                relay.offset, delivery.outputs_logged = 0, False
+                pending.params_logged = False
+            pending.run_id = tracker.run_id
+        if not pending.params_logged:
+            tracker.log_params(run_params(cfg, run_dir))
+            pending.params_logged = True
+
+    delivery.open_run = open_run
+    error = delivery.within(wait_s)
+    if error is None:
+        Pending.clear(run_dir)
+        print(f"tntrun sync: {tracker.label} run {tracker.run_id} in {uri}: "
+              f"{relay.lines_sent} metric lines, the outputs and status {pending.status} "
+              "delivered")  # fmt: skip
+        return 0
+    pending.metrics_offset, pending.outputs_logged = relay.offset, delivery.outputs_logged
+    pending.reason = describe(error)
+    pending.save(run_dir)
+    print(f"tntrun sync: {describe(error)}; {relay.lines_sent} metric lines delivered so far")
+    print(sync_line(uri, run_dir))
+    return EXIT_TRACKING_PENDING
+
+
+def run_params(cfg: object, run_dir: Path) -> dict[str, object]:
+    """The params the driver logs: the flattened config and the plan's summary."""
+    from omegaconf import OmegaConf
+
+    from tntrun.planning.plan import Plan
+    from tntrun.tracking import flatten
+
+    params = dict(flatten(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)))
+    params.update(Plan.load(run_dir / run_files.PLAN).summary_params())
+    return params
+
+
+def rebuilt_tags(run_dir: Path) -> dict[str, str]:
+    """Start tags for a run created by sync without the driver's record of them."""
+    from omegaconf import OmegaConf
+
+    from tntrun.planning.plan import Plan
+    from tntrun.tracking.run_record import start_tags
+
+    overrides_file = run_dir / run_files.HYDRA / "overrides.yaml"
+    overrides = list(OmegaConf.load(overrides_file)) if overrides_file.is_file() else []
+    return start_tags(Plan.load(run_dir / run_files.PLAN), run_dir, overrides, {})
