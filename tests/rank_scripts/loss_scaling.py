@@ -119,7 +119,7 @@ print(f"rank {rank}: the XLA step equals the standard step ok", flush=True)
 from tntrun.engine.nonfinite import watch_averaged_loss  # noqa: E402
 
 local_loss = float(loss_fn(y, build()(x, training=True)))
-mean_loss = float(hvd.allreduce(local_loss, op=hvd.Average, name="reference.loss"))
+mean_loss = float(hvd.allreduce(tf.constant(local_loss), op=hvd.Average, name="reference.loss"))
 for jit in (False, True):
     model, optimizer = build(), scaled_sgd()
     averaged = watch_averaged_loss(optimizer)
