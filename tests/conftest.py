@@ -74,3 +74,13 @@ def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))  # add_user_path() stays in this test
     return tmp_path
+
+
+def run_on_two_ranks(script: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``horovodrun -np 2`` of a rank script (tests/rank_scripts) on CPU ranks over loopback."""
+    return subprocess.run(
+        [str(BIN / "horovodrun"), "--gloo", "-np", "2", "-H", "localhost:2",
+         sys.executable, str(script)],
+        env={**clean_env(), "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1"},
+        capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip

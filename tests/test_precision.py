@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import math
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from hydra.errors import ConfigCompositionException
 
-from tests.conftest import BIN, clean_env, run_dir_of, tntrun_cli
+from tests.conftest import run_dir_of, run_on_two_ranks, tntrun_cli
 from tests.test_plan import plan_for
 from tntrun import run_files
 from tntrun.planning.plan import Plan
@@ -110,12 +108,7 @@ def test_a_subclassed_model_gets_float32_outputs_too():
 
 @pytest.mark.slow
 def test_loss_scaling_allreduces_unscaled_gradients_on_two_ranks():
-    result = subprocess.run(
-        [str(BIN / "horovodrun"), "--gloo", "-np", "2", "-H", "localhost:2",
-         sys.executable, str(SCRIPT)],
-        env={**clean_env(), "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1"},
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    result = run_on_two_ranks(SCRIPT)
     out = result.stdout
     assert result.returncode == 0, out[-3000:] + result.stderr[-3000:]
     for rank in (0, 1):

@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import BIN, clean_env
+from tests.conftest import run_on_two_ranks
 
 pytestmark = pytest.mark.slow
 SCRIPT = Path(__file__).parent / "rank_scripts" / "weight_guard.py"
 
 
 def test_guard_passes_in_sync_ranks_and_stops_drifted_ones():
-    result = subprocess.run(
-        [str(BIN / "horovodrun"), "--gloo", "-np", "2", "-H", "localhost:2",
-         sys.executable, str(SCRIPT)],
-        env={**clean_env(), "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1"},
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    result = run_on_two_ranks(SCRIPT)
     out = result.stdout
     assert result.returncode == 0, out[-3000:] + result.stderr[-3000:]
     for rank in (0, 1):
