@@ -138,7 +138,8 @@ def test_interrupted_and_resumed_run_ends_with_the_same_weights(two_ranks, tmp_p
     # training problem (config hash); the resumed run drops the fault.
     stall = ("+callbacks.fault._target_=tntrun.engine.faults.InjectFault",
              "+callbacks.fault.ranks=all_ranks", "+callbacks.fault.rank=0",
-             "+callbacks.fault.at_step=50", "+callbacks.fault.kind=stall")  # fmt: skip
+             "+callbacks.fault.at_step=50", "+callbacks.fault.kind=stall",
+             "train.stall_timeout_s=120")  # fmt: skip
     driver = subprocess.Popen(
         tntrun_command(tmp_path, *CONFIG, *stall), cwd=tmp_path, env=clean_env(),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,

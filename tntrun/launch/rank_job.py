@@ -117,6 +117,7 @@ class RankJob:
                     self.rank_logs.write(line)
                     if not START_UP_NOISE.search(line):
                         sys.stdout.write(line)
+                        sys.stdout.flush()  # live through pipes (tee, a test, Slurm logs)
             code = process.wait()
             stalled = self._stalled[0] if self._stalled else None
             return LaunchResult(code, interrupted=False, stalled=stalled)
