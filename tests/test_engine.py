@@ -133,22 +133,15 @@ def test_model_flop_utilisation_is_logged(two_ranks):
 
 def test_interrupted_and_resumed_run_ends_with_the_same_weights(two_ranks, tmp_path):
     _, uninterrupted = two_ranks
-    # Rank 0 stalls in epoch 3 (23 steps per epoch), after epoch 2's checkpoint: the
-    # interruption cannot race the end of a short run. Callbacks are not part of the
-    # training problem (config hash); the resumed run drops the fault.
-    stall = ("+callbacks.fault._target_=tntrun.engine.faults.InjectFault",
-             "+callbacks.fault.ranks=all_ranks", "+callbacks.fault.rank=0",
-             "+callbacks.fault.at_step=50", "+callbacks.fault.kind=stall",
-             "train.stall_timeout_s=120")  # fmt: skip
     driver = subprocess.Popen(
-        tntrun_command(tmp_path, *CONFIG, *stall), cwd=tmp_path, env=clean_env(),
+        tntrun_command(tmp_path, *CONFIG), cwd=tmp_path, env=clean_env(),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )  # fmt: skip
     output = []
     deadline = time.monotonic() + 300
     for line in driver.stdout:
         output.append(line)
-        if "injecting fault 'stall'" in line or time.monotonic() > deadline:
+        if "checkpoint saved: epoch 2" in line or time.monotonic() > deadline:
             break
     driver.send_signal(signal.SIGINT)
     output.extend(driver.stdout)
@@ -158,7 +151,7 @@ def test_interrupted_and_resumed_run_ends_with_the_same_weights(two_ranks, tmp_p
     interrupted_dir = run_dir_of(subprocess.CompletedProcess([], 1, text, ""))
     assert (interrupted_dir / "checkpoints" / "epoch-0002" / "meta.json").exists()
 
-    resumed = tntrun_cli(tmp_path, f"resume={interrupted_dir}", "callbacks={}")
+    resumed = tntrun_cli(tmp_path, f"resume={interrupted_dir}")
     finished(resumed)
     assert "resumed from" in resumed.stdout and "at epoch 2" in resumed.stdout
     run_id = (interrupted_dir / "mlflow_run_id").read_text()
