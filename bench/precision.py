@@ -1,6 +1,7 @@
 """Step time of ``train.precision`` and ``train.jit_compile`` on this machine, against float32.
 
     .venv/bin/python bench/precision.py [--repeats 3] [--models cnn,resnet18]
+                                        [--variants "float32,mixed_bfloat16,..."]
 
 Every model trains on 2 ranks (horovodrun, Gloo, localhost, 1 thread each) in
 each variant: float32, mixed_bfloat16, mixed_float16, and each of them with
@@ -58,8 +59,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="float32 is always run")
     args = parser.parse_args()
-    names = list(VARIANTS)
+    names = ["float32", *(v for v in args.variants.split(",") if v != "float32")]
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for model in args.models.split(","):
