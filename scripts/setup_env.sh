@@ -21,8 +21,8 @@ step() { printf '\n==> %s\n' "$*"; }
 die() { printf '\nsetup failed: %s\n' "$*" >&2; exit 1; }
 
 case "$DEVICE" in
-  cpu) TF_REQ="tensorflow-cpu==$TF_VERSION"; EXTRA=cpu ;;
-  gpu) TF_REQ="tensorflow[and-cuda]==$TF_VERSION"; EXTRA=gpu ;;
+  cpu) TF_REQ="tensorflow-cpu==$TF_VERSION" ;;
+  gpu) TF_REQ="tensorflow[and-cuda]==$TF_VERSION" ;;
   *) die "TNTRUN_DEVICE must be cpu or gpu, not '$DEVICE'" ;;
 esac
 
@@ -49,11 +49,16 @@ PY
 )
 if [ "$installed_tf" != "$TF_VERSION" ]; then
   step "installing TensorFlow $TF_VERSION ($DEVICE) and tf-keras"
-  "${PIP[@]}" install "$TF_REQ" "tf-keras~=2.18.0" || die "could not install $TF_REQ"
+  "${PIP[@]}" install "$TF_REQ" || die "could not install $TF_REQ"
+  # tf-keras requires `tensorflow`: beside tensorflow-cpu pip would install the same files
+  # a second time under that name.
+  "${PIP[@]}" install --no-deps "tf-keras~=2.18.0" || die "could not install tf-keras"
 fi
 
+# Without the cpu/gpu extra: TensorFlow is in (above), and the extra's tf-keras would pull
+# `tensorflow` over tensorflow-cpu.
 step "installing tntrun (editable) with its driver and dev dependencies"
-"${PIP[@]}" install -e "$ROOT[$EXTRA,dev,sweepers]" || die "pip install -e .[$EXTRA,dev,sweepers] failed"
+"${PIP[@]}" install -e "$ROOT[dev,sweepers]" || die "pip install -e .[dev,sweepers] failed"
 # Horovod's runtime dependencies (it is installed with --no-deps below).
 "${PIP[@]}" install cloudpickle psutil pyyaml packaging cffi || die "could not install Horovod's dependencies"
 
