@@ -6,7 +6,8 @@
 #   scripts/netns_hosts.sh up   STATE_DIR   # prints "host port key" lines
 #   scripts/netns_hosts.sh down STATE_DIR
 #
-# Hosts: 10.77.0.1 (tnt-h1) and 10.77.0.2 (tnt-h2); the root namespace is
+# Hosts: 10.77.0.1 (tnt-h1) and 10.77.0.2 (tnt-h2), named so in /etc/hosts here too (as
+# cluster nodes are; removed by `down`); the root namespace is
 # 10.77.0.254 on bridge tnt0. Traffic stays on these addresses.
 set -euo pipefail
 
@@ -15,6 +16,7 @@ STATE=${2:?usage: netns_hosts.sh up|down STATE_DIR}
 PORT=${TNT_SSH_PORT:-2222}
 BRIDGE=tnt0  # same name as the hosts' interface: Horovod looks the NIC up on the driver too
 HOSTS=(1 2)
+HOSTS_TAG="# tntrun netns host"  # their names in this namespace's /etc/hosts, as on a cluster
 
 down() {
   for i in "${HOSTS[@]}"; do
@@ -24,6 +26,10 @@ down() {
     ip link del "tntv$i" 2>/dev/null || true
   done
   ip link del "$BRIDGE" 2>/dev/null || true
+  if grep -q "$HOSTS_TAG" /etc/hosts; then
+    grep -v "$HOSTS_TAG" /etc/hosts > /etc/hosts.tntrun && cat /etc/hosts.tntrun > /etc/hosts
+    rm -f /etc/hosts.tntrun
+  fi
 }
 
 up() {
@@ -68,6 +74,7 @@ EOF
     ip netns exec "$ns" unshare --uts sh -c \
       "hostname tnt-h$i && exec /usr/sbin/sshd -f $STATE/sshd.$i.conf -E $STATE/sshd.$i.log"
   done
+  for i in "${HOSTS[@]}"; do echo "10.77.0.$i tnt-h$i $HOSTS_TAG"; done >> /etc/hosts
   for i in "${HOSTS[@]}"; do
     for _ in $(seq 50); do
       ssh -q -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \

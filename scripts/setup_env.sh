@@ -104,24 +104,24 @@ if ! horovod_ok >/dev/null 2>&1; then
   why=$(horovod_ok 2>&1) || die "Horovod is unusable: ${why:-horovod.tensorflow does not import} (remove the cached wheel and rerun)"
 fi
 
-# Debian's Chromium drives the MLflow UI browser test (Playwright cannot download browsers here).
-if ! command -v chromium >/dev/null; then
+# Real components the tests start, from Debian: chromium (the MLflow UI browser test;
+# Playwright cannot download browsers here), openssh-server (sshd in network-namespace
+# hosts for the multi-host tests), slurm-wlm + munge (a real Slurm cluster). One apt-get
+# update, one install; without root the tests that need them are skipped with the reason.
+missing=()
+command -v chromium >/dev/null || missing+=(chromium)
+[ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+command -v slurmctld >/dev/null || missing+=(slurm-wlm)
+command -v munged >/dev/null || [ -x /usr/sbin/munged ] || missing+=(munge)
+if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    step "installing Debian's chromium for the UI browser test"
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
-      > "$VENV/chromium-install.log" 2>&1 \
-      || echo "warning: could not install chromium (see $VENV/chromium-install.log); the UI browser test will be skipped"
+    step "installing ${missing[*]} (Debian) for the browser, multi-host and Slurm tests"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"; } \
+      > "$VENV/apt-install.log" 2>&1 \
+      || echo "warning: could not install ${missing[*]} (see $VENV/apt-install.log); the tests needing them will be skipped"
   else
-    echo "note: chromium not found and not root: the UI browser test will be skipped (sudo apt-get install chromium)"
+    echo "note: ${missing[*]} missing and not root: the tests needing them will be skipped (sudo apt-get install ${missing[*]})"
   fi
-fi
-
-# openssh-server: the multi-host tests run real sshd in network namespaces.
-if [ ! -x /usr/sbin/sshd ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  step "installing openssh-server for the multi-host tests"
-  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server; } \
-    > "$VENV/sshd-install.log" 2>&1 \
-    || echo "warning: could not install openssh-server; the multi-host tests will be skipped"
 fi
 
 stamp="$VENV/.tntrun-verified"

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import DictConfig
@@ -84,3 +87,90 @@ def run_on_two_ranks(script: Path, timeout: float = 300) -> subprocess.Completed
         env={**clean_env(), "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1"},
         capture_output=True, text=True, timeout=timeout,
     )  # fmt: skip
+
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+# Training whose final weights do not depend on where its 2 ranks run (multi-host, Slurm).
+DETERMINISTIC = ("deterministic=true", "train.epochs=2", "tracking.system_metrics=false",
+                 "model.dropout=0.0")  # fmt: skip
+
+
+def final_weights(result: subprocess.CompletedProcess) -> list[np.ndarray]:
+    with np.load(run_dir_of(result) / "final_weights.npz") as saved:
+        return [saved[f"arr_{i}"] for i in range(len(saved.files))]
+
+
+def assert_same_weights(a: list[np.ndarray], b: list[np.ndarray]) -> None:
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_allclose(x, y, rtol=0, atol=1e-6)
+
+
+@pytest.fixture(scope="session")
+def two_local_ranks_weights(tmp_path_factory) -> list[np.ndarray]:
+    """Final weights of the DETERMINISTIC training on 2 local ranks: the reference."""
+    workdir = tmp_path_factory.mktemp("local-reference")
+    result = tntrun_cli(workdir, *DETERMINISTIC)
+    assert result.returncode == 0, result.stdout[-3000:]
+    return final_weights(result)
+
+
+@dataclass(frozen=True)
+class NetnsHosts:
+    """scripts/netns_hosts.sh's two hosts: addresses, names, sshd port and the key it takes."""
+
+    addresses: tuple[str, ...]
+    names: tuple[str, ...]
+    port: str
+    key: str
+
+    def ssh_overrides(self) -> tuple[str, ...]:
+        return (f"horovod.ssh_port={self.port}", f"horovod.ssh_identity_file={self.key}",
+                "horovod.network_interface=tnt0")  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def netns_hosts(tmp_path_factory) -> Iterator[NetnsHosts]:
+    """Two real hosts (network namespaces with sshd), up for the whole session."""
+    missing = [t for t in ("ip", "unshare", "ssh", "/usr/sbin/sshd") if not shutil.which(t)]
+    if os.geteuid() != 0 or missing:
+        pytest.skip(f"needs root and {', '.join(missing) or 'iproute2/openssh-server'}")
+    state = tmp_path_factory.mktemp("netns")
+    script = str(SCRIPTS / "netns_hosts.sh")
+    up = subprocess.run(["bash", script, "up", str(state)], capture_output=True, text=True)
+    assert up.returncode == 0, up.stderr
+    lines = [line.split() for line in up.stdout.splitlines()]
+    yield NetnsHosts(tuple(line[0] for line in lines), ("tnt-h1", "tnt-h2"), lines[0][1],
+                     lines[0][2])  # fmt: skip
+    subprocess.run(["bash", script, "down", str(state)], check=True)
+
+
+@dataclass(frozen=True)
+class SlurmCluster:
+    """scripts/slurm_cluster.sh's cluster: slurmctld here, a slurmd on each netns host."""
+
+    conf: Path
+    hosts: NetnsHosts
+
+    def env(self) -> dict[str, str]:
+        """As a user submits: the environment active (sbatch passes it to the job)."""
+        env = clean_env()
+        return {**env, "SLURM_CONF": str(self.conf), "PATH": f"{BIN}:{env['PATH']}"}
+
+    def run(self, *command: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+        return subprocess.run(list(command), cwd=cwd, env=self.env(), capture_output=True,
+                              text=True, timeout=timeout)  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def slurm(netns_hosts, tmp_path_factory) -> Iterator[SlurmCluster]:
+    """A real Slurm cluster of the two netns hosts, started once per session."""
+    missing = [t for t in ("slurmctld", "slurmd", "munged", "salloc") if not shutil.which(t)]
+    if missing:
+        pytest.skip(f"needs Debian's slurm-wlm and munge ({', '.join(missing)} missing)")
+    state = tmp_path_factory.mktemp("slurm")
+    script = str(SCRIPTS / "slurm_cluster.sh")
+    up = subprocess.run(["bash", script, "up", str(state)], capture_output=True, text=True,
+                        timeout=120)  # fmt: skip
+    assert up.returncode == 0, up.stderr
+    yield SlurmCluster(state / "slurm.conf", netns_hosts)
+    subprocess.run(["bash", script, "down", str(state)], check=True)

@@ -1,26 +1,36 @@
-"""Slurm: the allocation as layout, srun-launched ranks (with a recording fake srun), and
-the submitit preset."""
+"""Slurm: the allocation as layout, and real jobs on a real 2-node cluster
+(scripts/slurm_cluster.sh: slurmctld here, one slurmd per network-namespace host)."""
 
 from __future__ import annotations
 
 import json
-import os
-import socket
+import re
+import subprocess
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
 from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
 
-from tests.conftest import run_dir_of, store_uri
-from tntrun.launch.srun import horovod_env
+from tests.conftest import (
+    DETERMINISTIC,
+    assert_same_weights,
+    final_weights,
+    run_dir_of,
+    store_uri,
+    tntrun_command,
+)
+from tntrun.launch import LaunchSpec
+from tntrun.launch.srun import SrunLauncher, horovod_env
 from tntrun.planning.layout import allocation_layout
-
-FAKE_BIN = Path(__file__).parent / "fake_bin"
+from tntrun.planning.plan import Plan
 
 
 def test_allocation_fills_the_layout_keys_not_given():
-    env = {"SLURM_JOB_NODELIST": "gpu[01-04]", "SLURM_NTASKS_PER_NODE": "4(x4)",
+    env = {"SLURM_JOB_NODELIST": "gpu[01-04]", "SLURM_TASKS_PER_NODE": "4(x4)",
            "SLURM_GPUS_PER_NODE": "a100:4"}  # fmt: skip
     assert allocation_layout(env, set()) == {"nodes": 4, "gpus": 4, "ranks_per_node": 4}
     assert allocation_layout(env, {"nodes"}) == {"gpus": 4, "ranks_per_node": 4}
@@ -43,39 +53,122 @@ def test_srun_without_an_allocation_is_refused(run_tntrun):
     assert "launcher=srun needs a Slurm allocation" in result.stderr
 
 
+def test_a_layout_beyond_the_allocation_is_refused_naming_the_key():
+    env = {"SLURM_JOB_NODELIST": "tnt-h[1-2]", "SLURM_JOB_CPUS_PER_NODE": "1(x2)"}
+    spec = LaunchSpec(hosts=(("tnt-h1", 2), ("tnt-h2", 2)), world_size=4, knobs=(),
+                      worker=("python",), env=env)  # fmt: skip
+    (problem,) = SrunLauncher().problems(spec)
+    assert problem.startswith("ranks_per_node=2: the Slurm allocation has 1 CPU(s) on a node")
+    assert problem.endswith("set ranks_per_node=1 or allocate --ntasks-per-node=2")
+    spec = replace(spec, hosts=(("a", 1), ("b", 1), ("c", 1)), world_size=3)
+    (problem,) = SrunLauncher().problems(spec)
+    assert problem.startswith("nodes=3: the Slurm allocation has 2 node(s) (tnt-h[1-2])")
+
+
+# Real jobs on scripts/slurm_cluster.sh's cluster: 2 nodes (the netns hosts), 2 CPUs each.
+
+
+def salloc_tntrun(slurm, workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    """``salloc -N2 -n2 tntrun ...``: the driver here, its ranks on the two Slurm nodes."""
+    return slurm.run("salloc", "-N2", "-n2", *tntrun_command(workdir, *args), cwd=workdir)
+
+
+def ran_on_both_nodes(result: subprocess.CompletedProcess) -> bool:
+    return ("rank 0/2: local rank 0, host tnt-h1" in result.stdout
+            and "rank 1/2: local rank 0, host tnt-h2" in result.stdout)  # fmt: skip
+
+
 @pytest.mark.slow
-def test_srun_launches_the_ranks_inside_an_allocation(tmp_path):
-    import subprocess
-
-    from tests.conftest import clean_env, tntrun_command
-
-    log = tmp_path / "srun.json"
-    env = {**clean_env(), "PATH": f"{FAKE_BIN}:{os.environ['PATH']}",
-           "FAKE_SRUN_LOG": str(log), "SLURM_JOB_NODELIST": socket.gethostname(),
-           "SLURM_NTASKS_PER_NODE": "2"}  # fmt: skip
-    result = subprocess.run(
-        tntrun_command(tmp_path, "launcher=srun", "horovod.network_interface=lo",
-                       "train.epochs=2", "tracking.system_metrics=false"),
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+def test_srun_on_two_slurm_nodes_trains_like_two_local_ranks(slurm, two_local_ranks_weights,
+                                                              tmp_path):  # fmt: skip
+    result = salloc_tntrun(slurm, tmp_path, "launcher=srun", "horovod.network_interface=tnt0",
+                           *DETERMINISTIC)  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    recorded = json.loads(log.read_text())
-    assert recorded["argv"][:6] == [
-        "--nodes=1",
-        "--ntasks=2",
-        "--ntasks-per-node=2",
-        "--distribution=block",
-        "--kill-on-bad-exit=1",
-        "--label",
-    ]
-    assert recorded["env"]["HOROVOD_GLOO_IFACE"] == "lo"  # the knob as a variable
-    assert recorded["env"]["HOROVOD_GLOO_RENDEZVOUS_ADDR"] == "127.0.0.1"
-    assert int(recorded["env"]["HOROVOD_GLOO_RENDEZVOUS_PORT"]) > 0
+    assert ran_on_both_nodes(result), result.stdout[-3000:]
     run_dir = run_dir_of(result)
-    assert json.loads((run_dir / "plan.json").read_text())["launcher"] == "srun"
-    assert {"rank.0.log", "rank.1.log"} <= {p.name for p in (run_dir / "logs").iterdir()}
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert plan["launcher"] == "srun" and plan["launch_command"][:5] == [
+        "srun",
+        "--nodes=2",
+        "--ntasks=2",
+        "--ntasks-per-node=1",
+        "--cpus-per-task=1",
+    ]
+    # What is recorded is the layout that ran: filled from the allocation (-N2 -n2).
+    config = OmegaConf.load(run_dir / "config.yaml")
+    assert (config.nodes, config.ranks_per_node) == (2, 1)
     run = MlflowClient(store_uri(tmp_path)).get_run((run_dir / "mlflow_run_id").read_text())
     assert run.info.status == "FINISHED" and run.data.params["launcher"] == "srun"
+    assert (run.data.params["nodes"], run.data.params["ranks_per_node"]) == ("2", "1")
+    assert {"rank.0.log", "rank.1.log"} <= {p.name for p in (run_dir / "logs").iterdir()}
+    assert_same_weights(final_weights(result), two_local_ranks_weights)
+
+
+@pytest.mark.slow
+def test_horovodrun_takes_its_hosts_from_the_allocation(slurm, two_local_ranks_weights,
+                                                        tmp_path):  # fmt: skip
+    result = salloc_tntrun(slurm, tmp_path, *slurm.hosts.ssh_overrides(), *DETERMINISTIC)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert ran_on_both_nodes(result), result.stdout[-3000:]
+    command = " ".join(Plan.load(run_dir_of(result) / "plan.json").launch_command)
+    assert "-H tnt-h1:1,tnt-h2:1" in command
+    assert_same_weights(final_weights(result), two_local_ranks_weights)
+
+
+def readme_sbatch_script() -> str:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    (script,) = re.findall(r"```bash\n(#!/bin/bash\n#SBATCH.*?)```", readme, re.S)
+    return script
+
+
+def sbatch(slurm, workdir: Path, *args: str) -> str:
+    """Submit the README's batch script with tntrun overrides; the job id."""
+    (workdir / "train.sbatch").write_text(readme_sbatch_script())
+    submitted = slurm.run("sbatch", "--parsable", "train.sbatch", *args,
+                          f"output_root={workdir / 'outputs'}", "horovod.network_interface=tnt0",
+                          cwd=workdir)  # fmt: skip
+    assert submitted.returncode == 0, submitted.stderr
+    return submitted.stdout.strip().split(";")[0]
+
+
+def wait_for(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.5)
+
+
+def job_gone(slurm, job: str) -> bool:
+    return not slurm.run("squeue", "-h", "-j", job, cwd=Path("/")).stdout.strip()
+
+
+@pytest.mark.slow
+def test_the_readmes_sbatch_script_runs_to_finished(slurm, tmp_path):
+    job = sbatch(slurm, tmp_path, *DETERMINISTIC)
+    wait_for(lambda: job_gone(slurm, job), 240, f"job {job} to end")
+    output = (tmp_path / f"tntrun-{job}.out").read_text()
+    assert "tntrun: run FINISHED" in output, output[-3000:]
+    assert ran_on_both_nodes(subprocess.CompletedProcess([], 0, output)), output[-3000:]
+
+
+@pytest.mark.slow
+def test_scancel_ends_the_run_killed_with_no_process_left(slurm, tmp_path):
+    job = sbatch(slurm, tmp_path, "train.epochs=50", "tracking.system_metrics=false",
+                 "checkpoint.min_interval_s=0")  # fmt: skip
+    out = tmp_path / f"tntrun-{job}.out"
+    wait_for(lambda: out.exists() and "checkpoint saved: epoch 1" in out.read_text(), 180,
+             "the first checkpoint")  # fmt: skip
+    cancelled = time.monotonic()
+    assert slurm.run("scancel", job, cwd=tmp_path).returncode == 0
+    wait_for(lambda: job_gone(slurm, job), 60, f"job {job} to end")
+    ended = time.monotonic() - cancelled
+    output = out.read_text()
+    run_dir = run_dir_of(subprocess.CompletedProcess([], 0, output))
+    run = MlflowClient(store_uri(tmp_path)).get_run((run_dir / "mlflow_run_id").read_text())
+    assert run.info.status == "KILLED", output[-3000:]
+    left = subprocess.run(["pgrep", "-af", str(run_dir)], capture_output=True, text=True).stdout
+    assert not [line for line in left.splitlines() if "pgrep" not in line], left
+    assert ended < 20, f"the job took {ended:.1f} s to end after scancel"
 
 
 def test_submitit_preset_sizes_the_job_from_the_layout():

@@ -16,14 +16,14 @@ import sys
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from tntrun import run_files
-from tntrun.config.compose import plain_config
+from tntrun.config.compose import plain_config, with_allocation_layout
 from tntrun.config.user_code import add_user_path
 from tntrun.config.zoo import SizedDataset, check_targets, distributes_automatically, size_dataset
 from tntrun.datasets.base import DatasetInfo
@@ -129,10 +129,9 @@ def run(exp: Experiment) -> RunResult:
     try:
         tracker = tracker_for(cfg.tracking, Path(cfg.output_root))
         resumed = resume_of(exp, tracker) if cfg.resume else None
-        if resumed:
-            exp = Experiment(resumed.config, exp.overrides, exp.choices, exp.run_dir,
-                             exp.parent_run_id)  # fmt: skip
-            cfg = exp.config
+        config = resumed.config if resumed else cfg
+        exp = replace(exp, config=with_allocation_layout(config, exp.overrides, os.environ))
+        cfg = exp.config
         plan, sized = make_plan(exp, run_dir, resumed.point if resumed else None)
     except PlanError as err:
         return config_error(err.problems, run_dir)

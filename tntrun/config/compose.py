@@ -71,6 +71,26 @@ def _resolve_run_dir(cfg: DictConfig) -> str:
     return str(OmegaConf.select(cfg, "hydra.run.dir"))
 
 
+def given_keys(overrides: Sequence[str]) -> set[str]:
+    """The config keys the command line set (``+a.b=1`` and ``~a`` name ``a.b`` and ``a``)."""
+    return {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+
+
+def with_allocation_layout(cfg: DictConfig, overrides: Sequence[str],
+                           env: Mapping[str, str]) -> DictConfig:  # fmt: skip
+    """``cfg`` with the layout keys a Slurm allocation fills (those not given), so what is
+    recorded (config.yaml, the run's params) is the layout that runs."""
+    if cfg.get("hosts") or cfg.get("hostfile"):
+        return cfg
+    filled = allocation_layout(env, given_keys(overrides))
+    if not filled:
+        return cfg
+    cfg = cfg.copy()
+    for key, value in filled.items():
+        cfg[key] = value
+    return cfg
+
+
 def plain_config(
     cfg: DictConfig, overrides: Sequence[str], env: Mapping[str, str]
 ) -> dict[str, Any]:
@@ -82,7 +102,7 @@ def plain_config(
     keys not given on the command line.
     """
     plain = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    given = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+    given = given_keys(overrides)
     derives_global = plain.get("micro_batch_size") is not None or plain.get("batch_tokens")
     if derives_global and "global_batch_size" not in given:
         plain["global_batch_size"] = None

@@ -18,15 +18,30 @@ from contextlib import contextmanager
 from typing import Any
 
 from tntrun.launch import Launcher, LaunchSpec, base_environment
+from tntrun.planning.layout import allocated_cpus_per_node, expand_slurm_nodelist
 
 
 class SrunLauncher(Launcher):
     name = "srun"
 
     def problems(self, spec: LaunchSpec) -> list[str]:
-        if not spec.env.get("SLURM_JOB_NODELIST"):
+        env = spec.env
+        if not env.get("SLURM_JOB_NODELIST"):
             return ["launcher=srun needs a Slurm allocation (salloc/sbatch): no "
                     "SLURM_JOB_NODELIST here; use launcher=horovodrun"]  # fmt: skip
+        nodes = expand_slurm_nodelist(env["SLURM_JOB_NODELIST"])
+        if len(spec.hosts) > len(nodes):
+            return [f"nodes={len(spec.hosts)}: the Slurm allocation has {len(nodes)} node(s) "
+                    f"({env['SLURM_JOB_NODELIST']}); set nodes={len(nodes)} or allocate "
+                    f"-N {len(spec.hosts)}"]  # fmt: skip
+        cpus = allocated_cpus_per_node(env)
+        per_node = max(slots for _, slots in spec.hosts)
+        if cpus and per_node > min(cpus):
+            return [
+                f"ranks_per_node={per_node}: the Slurm allocation has {min(cpus)} CPU(s) on "
+                f"a node (SLURM_JOB_CPUS_PER_NODE={env['SLURM_JOB_CPUS_PER_NODE']}); set "
+                f"ranks_per_node={min(cpus)} or allocate --ntasks-per-node={per_node}"
+            ]
         return []
 
     def command(self, spec: LaunchSpec) -> tuple[tuple[str, ...], dict[str, str]]:
@@ -34,10 +49,14 @@ class SrunLauncher(Launcher):
         for knob in spec.knobs:
             if knob.launcher_only in (None, self.name):
                 env.update(knob.env)
+        per_node = spec.hosts[0][1]
+        cpus_per_rank = max(1, min(allocated_cpus_per_node(spec.env) or [1]) // per_node)
+        # --overlap: the step shares the allocation with the driver's own step (sbatch's
+        # batch step, or submitit's task); each rank gets its share of a node's CPUs.
         command = (
             "srun", f"--nodes={len(spec.hosts)}", f"--ntasks={spec.world_size}",
-            f"--ntasks-per-node={spec.hosts[0][1]}", "--distribution=block",
-            "--kill-on-bad-exit=1", "--label", *spec.worker,
+            f"--ntasks-per-node={per_node}", f"--cpus-per-task={cpus_per_rank}",
+            "--overlap", "--distribution=block", "--kill-on-bad-exit=1", "--label", *spec.worker,
         )  # fmt: skip
         return command, env
 

@@ -182,6 +182,29 @@ def allocation_layout(env: Mapping[str, str], given: set[str]) -> dict[str, int]
         layout["nodes"] = len(expand_slurm_nodelist(env["SLURM_JOB_NODELIST"]))
     if "gpus" not in given and env.get("SLURM_GPUS_PER_NODE"):
         layout["gpus"] = _first_count(env["SLURM_GPUS_PER_NODE"])
-    if "ranks_per_node" not in given and env.get("SLURM_NTASKS_PER_NODE"):
-        layout["ranks_per_node"] = _first_count(env["SLURM_NTASKS_PER_NODE"])
+    tasks = allocated_tasks_per_node(env)
+    if "ranks_per_node" not in given and tasks:
+        layout["ranks_per_node"] = min(tasks)
     return layout
+
+
+def allocated_tasks_per_node(env: Mapping[str, str]) -> list[int]:
+    """The allocation's tasks on each node, from SLURM_TASKS_PER_NODE (set for every
+    allocation), else SLURM_NTASKS_PER_NODE; [] outside one."""
+    return _per_node_counts(env.get("SLURM_TASKS_PER_NODE") or env.get("SLURM_NTASKS_PER_NODE"))
+
+
+def allocated_cpus_per_node(env: Mapping[str, str]) -> list[int]:
+    """The allocation's CPUs on each node (SLURM_JOB_CPUS_PER_NODE); [] outside one."""
+    return _per_node_counts(env.get("SLURM_JOB_CPUS_PER_NODE"))
+
+
+def _per_node_counts(value: str | None) -> list[int]:
+    """Slurm's compressed per-node counts: "2(x3),1" -> [2, 2, 2, 1]; [] if absent."""
+    counts: list[int] = []
+    for part in filter(None, (value or "").split(",")):
+        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        if not match:
+            return []
+        counts += [int(match[1])] * int(match[2] or 1)
+    return counts
