@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -27,6 +28,13 @@ def compose_cfg() -> Callable[..., DictConfig]:
             return compose(config_name="config", overrides=list(overrides))
 
     return _compose
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now, on localhost."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def clean_env() -> dict[str, str]:

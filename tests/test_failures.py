@@ -7,14 +7,25 @@ MLflow run FAILED or KILLED with the reason, and keep the last checkpoint usable
 from __future__ import annotations
 
 import os
+import re
 import signal
+import socket
 import subprocess
+import threading
 import time
 
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import clean_env, run_dir_of, store_uri, tntrun_cli, tntrun_command
+from tests.conftest import (
+    BIN,
+    clean_env,
+    free_port,
+    run_dir_of,
+    store_uri,
+    tntrun_cli,
+    tntrun_command,
+)
 
 pytestmark = pytest.mark.slow
 # A checkpoint every epoch (not every 60 s): the failure tests check that it stays usable.
@@ -102,3 +113,50 @@ def test_the_watchdog_names_a_stalled_rank(tmp_path):
     assert run.data.tags["failure.stalled"].startswith("rank 1 stalled at step 30")
     assert leftover_processes(run_dir) == []
     assert os.path.exists(run_dir / "checkpoints" / "epoch-0001")
+
+
+def test_a_sigkilled_driver_takes_its_ranks_along_and_a_later_command_ends_its_run(tmp_path):
+    """SIGKILL of the driver (the OOM killer, Slurm's KillWait): its heartbeat stops, the ranks
+    and horovodrun end within 10 s (their output is still read: no broken pipe helps), and
+    ``tntrun ui`` on the same store ends the run KILLED with ``driver_lost``."""
+    driver = subprocess.Popen(
+        tntrun_command(tmp_path, *LONG_RUN), cwd=tmp_path, env=clean_env(), text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    lines: list[str] = []
+    for line in driver.stdout:
+        lines.append(line)
+        if "checkpoint saved: epoch 1" in line:
+            break
+    threading.Thread(target=lambda: lines.extend(driver.stdout), daemon=True).start()
+    (run_id,) = re.findall(r"MLflow run (\w+) in", "".join(lines))
+    client = MlflowClient(store_uri(tmp_path))
+    run_dir = client.get_run(run_id).data.tags["run_dir"]
+    driver.kill()
+    killed = time.monotonic()
+    while leftover_processes(run_dir) and time.monotonic() - killed < 30:
+        time.sleep(0.2)
+    outlived = time.monotonic() - killed
+    assert leftover_processes(run_dir) == [] and outlived < 10, (
+        f"ranks outlived it {outlived:.1f} s"
+    )
+    assert client.get_run(run_id).info.status == "RUNNING"  # nobody could end it
+
+    ui = subprocess.Popen(
+        [str(BIN / "tntrun"), "ui", "--output-root", str(tmp_path / "outputs"),
+         "--port", str(free_port())],
+        cwd=tmp_path, env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while client.get_run(run_id).info.status == "RUNNING" and time.monotonic() < deadline:
+            time.sleep(0.5)
+    finally:
+        ui.terminate()
+        ui.wait(timeout=30)
+    run = client.get_run(run_id)
+    assert run.info.status == "KILLED"
+    assert (
+        run.data.tags["driver_lost"] == f"driver pid {driver.pid} on {socket.gethostname()} is gone"
+    )
+    print(f"\n[lost driver] ranks and launcher outlived the driver by {outlived:.1f} s")

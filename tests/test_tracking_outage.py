@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import BIN, clean_env, tntrun_command
+from tests.conftest import BIN, clean_env, free_port, tntrun_command
 from tntrun import run_files
 from tntrun.tracking.metrics_stream import MetricsRelay, MetricsWriter, last_values
 from tntrun.tracking.mlflow_tracker import MlflowTracker
@@ -99,14 +99,6 @@ def test_pending_record_round_trip_and_outage_classification(tmp_path):
 
 
 # --- real servers and ranks -------------------------------------------------------------
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class MlflowServer:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import socket
 import subprocess
 import time
 import urllib.request
@@ -14,18 +13,12 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import BIN, clean_env, run_dir_of, store_uri, tntrun_cli
+from tests.conftest import BIN, clean_env, free_port, run_dir_of, store_uri, tntrun_cli
 
 pytestmark = pytest.mark.slow
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SCREENSHOTS = Path(__file__).resolve().parents[1] / "outputs" / "test-screenshots"
 A_LINE = re.compile(r"^M[-\d.]+,[-\d.]+L[-\d.]+,[-\d.]+")  # an SVG path through 2+ points
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_healthy(url: str, server: subprocess.Popen, seconds: float = 90) -> None:

@@ -30,6 +30,7 @@ from tntrun.datasets.base import DatasetInfo
 from tntrun.errors import PlanError
 from tntrun.launch import launcher_for
 from tntrun.launch.clock import process_start_time
+from tntrun.launch.driver_alive import DriverHeartbeat, driver_tags
 from tntrun.launch.rank_job import LaunchResult, RankJob, StallWatch
 from tntrun.launch.rank_logs import RankLogWriter
 from tntrun.planning.machine import device_problems, machine_facts
@@ -233,6 +234,8 @@ class LaunchedRun:
         env = {**dict(self.plan.launch_env), **extra_env,
                run_files.ENV_DRIVER_START: repr(DRIVER_START),
                run_files.ENV_USER_PATH: os.getcwd()}  # fmt: skip
+        self.heartbeat = DriverHeartbeat(self.run_dir)  # the ranks end within seconds of ours
+        self.heartbeat.start()
         self.job = RankJob(
             self.plan.launch_command, env, self.run_dir / run_files.RANKS_LOG,
             RankLogWriter(self.run_dir / run_files.LOGS),
@@ -244,6 +247,7 @@ class LaunchedRun:
         try:
             return self.job.follow()
         finally:
+            self.heartbeat.stop()
             self.session.close()  # re-raises a failure to open the run
 
     def open_run(self) -> tuple[Tracker, str | None]:
@@ -335,7 +339,7 @@ class LaunchedRun:
     def resume_tags(self) -> dict[str, str]:
         """Tags for a resumed run, recording a layout change when there is one."""
         plan, before = self.plan, self.resumed.point.meta
-        tags = {"resumed_in": str(self.run_dir)}
+        tags = {"resumed_in": str(self.run_dir), **driver_tags()}
         if (before.world_size, before.global_batch_size) != (plan.world_size,
                                                              plan.global_batch_size):  # fmt: skip
             tags["resume.layout_change"] = (

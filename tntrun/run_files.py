@@ -16,6 +16,7 @@ RUN_ID = "mlflow_run_id"
 # (metrics offset, outputs, final status); `tntrun sync <run dir>` replays it, then deletes it.
 TRACKING_PENDING = "tracking_pending.json"
 # Written while the ranks run.
+DRIVER_ALIVE = "driver.alive"  # the driver's heartbeat: its ranks end when it stops
 METRICS = "metrics.jsonl"  # rank 0's metrics, relayed into the run by the driver
 HEARTBEATS = "heartbeats"  # folder: rank.<N> progress files for the stall watchdog
 LOGS = "logs"  # folder: rank.<N>.log and launcher.log

@@ -33,6 +33,9 @@ def main(argv: list[str]) -> int:
         print("usage: python -m tntrun.engine.worker <run_dir>", file=sys.stderr)
         return 2
     run_dir = Path(argv[1])
+    from tntrun.launch.driver_alive import watch_driver
+
+    watch_driver(run_dir)  # ends this rank within seconds of its driver (even a SIGKILLed one)
     from omegaconf import OmegaConf
 
     from tntrun.config.user_code import add_user_path

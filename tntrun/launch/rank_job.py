@@ -6,6 +6,8 @@ every rank it started, and nothing is left behind.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import re
 import signal
@@ -56,6 +58,16 @@ def _stop(process: subprocess.Popen) -> None:
             continue
 
 
+def _end_with_parent() -> None:
+    """In the launcher's process: SIGTERM when the driver dies, even by SIGKILL (Linux's
+    parent-death signal); the ranks follow by the driver's heartbeat (driver_alive)."""
+    with contextlib.suppress(OSError):  # not glibc Linux: the heartbeat alone ends the ranks
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+PR_SET_PDEATHSIG = 1
+
+
 @dataclass(frozen=True)
 class StallWatch:
     """Where the ranks' heartbeats are and how long silence may last (0: not watched)."""
@@ -93,6 +105,7 @@ class RankJob:
             text=True,
             bufsize=1,
             start_new_session=True,
+            preexec_fn=_end_with_parent,
         )
         self._watchdog = None
         if stall is not None and stall.timeout > 0:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tntrun.tracking import MetricPoint
+from tntrun.tracking.lost_runs import DRIVER_LOST_TAG, end_lost_runs
 from tntrun.tracking.outage import bound_http_retries
 from tntrun.tracking.runs_table import DatasetRecord
 from tntrun.tracking.store import store_lock, store_problems, tracking_uri
@@ -99,6 +100,7 @@ class MlflowTracker:
         tags = dict(tags)
         if parent_run_id:
             tags["mlflow.parentRunId"] = parent_run_id
+        end_lost_runs(self.client)  # runs whose driver died before it could end them
         run = self.client.create_run(self.experiment_id, run_name=run_name, tags=tags)
         self.run_id = run.info.run_id
         return self.run_id
@@ -113,7 +115,10 @@ class MlflowTracker:
         self.run_id, self._experiment_id = run_id, run.info.experiment_id
 
     def reopen(self, run_id: str, tags: Mapping[str, str]) -> str:
+        end_lost_runs(self.client)
         self.attach(run_id)
+        if DRIVER_LOST_TAG in self.client.get_run(run_id).data.tags:  # it lives again
+            self.client.delete_tag(run_id, DRIVER_LOST_TAG)
         self.client.update_run(run_id, status="RUNNING")
         for key, value in tags.items():
             self.client.set_tag(run_id, key, value)

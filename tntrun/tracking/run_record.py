@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Mapping
 from pathlib import Path
 
 from tntrun import run_files
+from tntrun.launch.driver_alive import driver_tags
 from tntrun.launch.rank_logs import find_failure
 from tntrun.planning.checkpoints import best_checkpoint, latest_checkpoint
 from tntrun.planning.plan import Plan
@@ -26,7 +26,7 @@ def start_tags(
         **horovod_build(),  # also with launcher=srun, whose command is not horovodrun
         "world_size": str(plan.world_size),
         "hosts": ",".join(f"{host}:{slots}" for host, slots in plan.hosts),
-        "driver_host": socket.gethostname(),
+        **driver_tags(),  # host, pid, start time: a later command tells if it is gone
         "launch_command": " ".join(plan.launch_command),
         "run_dir": str(run_dir),
         "hydra.overrides": " ".join(overrides),

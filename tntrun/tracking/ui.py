@@ -8,7 +8,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tntrun.planning.machine import venv_executable
-from tntrun.tracking.store import tracking_uri
+from tntrun.tracking.lost_runs import end_lost_runs
+from tntrun.tracking.mlflow_tracker import MlflowTracker
+from tntrun.tracking.store import store_problems, tracking_uri
 
 
 def server_command(uri: str, host: str = "127.0.0.1", port: int = 5000) -> list[str]:
@@ -44,5 +46,7 @@ def main(argv: Sequence[str]) -> int:
           "tables: choose \"Model training\" at the top left (the browser keeps it)",
           flush=True)  # fmt: skip
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    if not store_problems(uri):  # runs whose driver is gone: KILLED, not RUNNING forever
+        end_lost_runs(MlflowTracker.at(uri, Path(args.output_root)).client)
     os.execvp(command[0], command)
     return 0  # not reached

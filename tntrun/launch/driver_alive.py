@@ -1,0 +1,121 @@
+"""Whether the driver of a run is still alive: its heartbeat file and its process.
+
+While its ranks run, the driver rewrites ``<run dir>/driver.alive`` ("<host> <pid>
+<beat>") every second. Each rank watches the file from a thread and ends itself
+when it has not changed for :data:`LOST_AFTER_S` seconds: a SIGKILLed driver (the
+OOM killer, Slurm's KillWait) takes its ranks along within seconds, on every host
+(the run directory is shared), instead of leaving them training for nobody.
+
+Later tntrun commands judge a RUNNING run's driver from the tags it recorded
+(host, pid, start time) and the same file: :func:`lost_driver`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tntrun import run_files
+from tntrun.launch.clock import process_start_time
+
+BEAT_S = 1.0
+LOST_AFTER_S = 5.0  # a rank ends this long after the driver's last beat
+STALE_AFTER_S = 120.0  # another host's driver is judged gone by its file's age only
+EXIT_DRIVER_LOST = 75
+
+
+def driver_tags() -> dict[str, str]:
+    """This driver process, as a run records it (:func:`lost_driver` reads it back)."""
+    return {"driver_host": socket.gethostname(), "driver_pid": str(os.getpid()),
+            "driver_started": f"{process_start_time():.2f}"}  # fmt: skip
+
+
+class DriverHeartbeat(threading.Thread):
+    """The driver's side: beat until :meth:`stop` (the file stays, with its last beat)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        super().__init__(name="tntrun-driver-heartbeat", daemon=True)
+        self.path = run_dir / run_files.DRIVER_ALIVE
+        self._stop = threading.Event()
+        self._identity = f"{socket.gethostname()} {os.getpid()}"
+        self.beat(0)
+
+    def beat(self, count: int) -> None:
+        partial = self.path.with_suffix(".tmp")
+        partial.write_text(f"{self._identity} {count}\n")
+        partial.replace(self.path)
+
+    def run(self) -> None:
+        count = 0
+        while not self._stop.wait(BEAT_S):
+            count += 1
+            with contextlib.suppress(OSError):  # a full disk: the ranks will judge
+                self.beat(count)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def watch_driver(run_dir: Path, on_lost: Callable[[float], None] | None = None,
+                 lost_after: float = LOST_AFTER_S) -> threading.Thread | None:  # fmt: skip
+    """The ranks' side: a thread calling ``on_lost(silence)`` (default: end this process)
+    once the heartbeat has not changed for ``lost_after`` seconds. None without a heartbeat
+    (a rank started by hand)."""
+    path = run_dir / run_files.DRIVER_ALIVE
+    if not path.exists():
+        return None
+
+    def lost(silence: float) -> None:
+        print(f"tntrun: the driver is gone (no heartbeat in {path} for {silence:.0f} s): "
+              "this rank stops", file=sys.stderr, flush=True)  # fmt: skip
+        os._exit(EXIT_DRIVER_LOST)
+
+    def watch() -> None:
+        last, changed = None, time.monotonic()
+        while True:
+            try:
+                beat = path.read_text()
+            except OSError:
+                beat = last
+            now = time.monotonic()
+            if beat != last:
+                last, changed = beat, now
+            elif now - changed >= lost_after:
+                (on_lost or lost)(now - changed)
+                return
+            time.sleep(BEAT_S / 2)
+
+    thread = threading.Thread(target=watch, name="tntrun-driver-watch", daemon=True)
+    thread.start()
+    return thread
+
+
+def lost_driver(tags: dict[str, str], here: str | None = None,
+                now: float | None = None) -> str | None:  # fmt: skip
+    """Why the driver that recorded ``tags`` is gone, or None if it may still be running.
+
+    On this host its pid must still be the same process (same start time); on another
+    host only the heartbeat file's age tells (older than :data:`STALE_AFTER_S`).
+    """
+    host, pid, started = (tags.get(k) for k in ("driver_host", "driver_pid", "driver_started"))
+    if not (host and pid and started):
+        return None  # recorded by an older tntrun: nothing to judge by
+    if host == (here or socket.gethostname()):
+        alive_since = process_start_time(int(pid))
+        if alive_since is not None and abs(alive_since - float(started)) < 2.0:
+            return None
+        return f"driver pid {pid} on {host} is gone"
+    alive = Path(tags.get("run_dir", "")) / run_files.DRIVER_ALIVE
+    try:
+        age = (now or time.time()) - alive.stat().st_mtime
+    except OSError:
+        return None  # its run directory is not visible here
+    if age > STALE_AFTER_S:
+        return f"driver pid {pid} on {host} is gone (no heartbeat for {age:.0f} s)"
+    return None
