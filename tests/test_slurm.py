@@ -24,6 +24,7 @@ from tests.conftest import (
     tntrun_command,
 )
 from tntrun.launch import LaunchSpec
+from tntrun.launch.knobs import horovod_knobs
 from tntrun.launch.srun import SrunLauncher, horovod_env
 from tntrun.planning.layout import allocation_layout
 from tntrun.planning.plan import Plan
@@ -65,6 +66,26 @@ def test_a_layout_beyond_the_allocation_is_refused_naming_the_key():
     assert problem.startswith("nodes=3: the Slurm allocation has 2 node(s) (tnt-h[1-2])")
 
 
+def test_every_horovod_knob_reaches_srun_ranks_or_is_refused(tmp_path):
+    env = {"SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_CPUS_PER_NODE": "2(x2)"}
+    hvd = {"fusion_threshold_kb": 8192, "cycle_time_ms": 2.5, "autotune": True, "timeline": True,
+           "hierarchical_allreduce": True, "network_interface": "ib0"}  # fmt: skip
+    spec = LaunchSpec(hosts=(("n1", 2), ("n2", 2)), world_size=4,
+                      knobs=horovod_knobs(hvd, tmp_path), worker=("python",), env=env)  # fmt: skip
+    assert SrunLauncher().problems(spec) == []
+    _, ranks_env = SrunLauncher().command(spec)
+    for knob in spec.knobs:
+        for name, value in knob.env:
+            assert ranks_env[name] == value, knob
+    assert {"HOROVOD_AUTOTUNE", "HOROVOD_TIMELINE", "HOROVOD_HIERARCHICAL_ALLREDUCE",
+            "HOROVOD_FUSION_THRESHOLD", "HOROVOD_CYCLE_TIME", "HOROVOD_GLOO_IFACE"} <= set(
+        ranks_env)  # fmt: skip
+    ssh = replace(spec, knobs=horovod_knobs({"ssh_port": 2222}, tmp_path))
+    assert SrunLauncher().problems(ssh) == [
+        "horovod.ssh_port=2222 has no effect with launcher=srun (srun starts the ranks, nothing "
+        "connects over ssh): remove it"]  # fmt: skip
+
+
 # Real jobs on scripts/slurm_cluster.sh's cluster: 2 nodes (the netns hosts), 2 CPUs each.
 
 
@@ -82,7 +103,7 @@ def ran_on_both_nodes(result: subprocess.CompletedProcess) -> bool:
 def test_srun_on_two_slurm_nodes_trains_like_two_local_ranks(slurm, two_local_ranks_weights,
                                                               tmp_path):  # fmt: skip
     result = salloc_tntrun(slurm, tmp_path, "launcher=srun", "horovod.network_interface=tnt0",
-                           *DETERMINISTIC)  # fmt: skip
+                           "horovod.timeline=true", *DETERMINISTIC)  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert ran_on_both_nodes(result), result.stdout[-3000:]
     run_dir = run_dir_of(result)
@@ -101,6 +122,7 @@ def test_srun_on_two_slurm_nodes_trains_like_two_local_ranks(slurm, two_local_ra
     assert run.info.status == "FINISHED" and run.data.params["launcher"] == "srun"
     assert (run.data.params["nodes"], run.data.params["ranks_per_node"]) == ("2", "1")
     assert {"rank.0.log", "rank.1.log"} <= {p.name for p in (run_dir / "logs").iterdir()}
+    assert (run_dir / "horovod_timeline.json").stat().st_size > 0  # a knob as HOROVOD_TIMELINE
     assert_same_weights(final_weights(result), two_local_ranks_weights)
 
 

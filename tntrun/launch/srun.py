@@ -29,6 +29,12 @@ class SrunLauncher(Launcher):
         if not env.get("SLURM_JOB_NODELIST"):
             return ["launcher=srun needs a Slurm allocation (salloc/sbatch): no "
                     "SLURM_JOB_NODELIST here; use launcher=horovodrun"]  # fmt: skip
+        # Every other knob reaches the ranks as HOROVOD_* variables (command()); these cannot.
+        no_effect = [knob for knob in spec.knobs if knob.launcher_only not in (None, self.name)]
+        if no_effect:
+            return [f"horovod.{knob.key}={knob.value} has no effect with launcher=srun (srun "
+                    "starts the ranks, nothing connects over ssh): remove it"
+                    for knob in no_effect]  # fmt: skip
         nodes = expand_slurm_nodelist(env["SLURM_JOB_NODELIST"])
         if len(spec.hosts) > len(nodes):
             return [f"nodes={len(spec.hosts)}: the Slurm allocation has {len(nodes)} node(s) "
@@ -47,8 +53,7 @@ class SrunLauncher(Launcher):
     def command(self, spec: LaunchSpec) -> tuple[tuple[str, ...], dict[str, str]]:
         env = base_environment(spec)
         for knob in spec.knobs:
-            if knob.launcher_only in (None, self.name):
-                env.update(knob.env)
+            env.update(knob.env)  # problems() refused the knobs srun cannot carry
         per_node = spec.hosts[0][1]
         cpus_per_rank = max(1, min(allocated_cpus_per_node(spec.env) or [1]) // per_node)
         # --overlap: the step shares the allocation with the driver's own step (sbatch's
