@@ -193,6 +193,26 @@ def test_scancel_ends_the_run_killed_with_no_process_left(slurm, tmp_path):
     assert ended < 20, f"the job took {ended:.1f} s to end after scancel"
 
 
+@pytest.mark.slow
+def test_the_submitit_preset_runs_a_two_job_sweep_on_the_cluster(slurm, tmp_path):
+    """The issue's command: one task per node for the driver, 2 ranks per node by srun."""
+    result = slurm.run(
+        *tntrun_command(tmp_path, "-m", "hydra/launcher=tntrun_slurm", "launcher=srun",
+                        "ranks_per_node=2", "train.epochs=2", "seed=1,2",
+                        "horovod.network_interface=tnt0", "tracking.system_metrics=false"),
+        cwd=tmp_path, timeout=400,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "2/2 jobs finished" in result.stdout
+    client = MlflowClient(store_uri(tmp_path))
+    runs = client.search_runs([client.get_experiment_by_name("tntrun").experiment_id])
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert sorted(r.data.params["seed"] for r in children) == ["1", "2"]
+    for run in children:
+        assert run.info.status == "FINISHED" and run.data.params["ranks_per_node"] == "2"
+        assert run.data.tags["hosts"] in ("tnt-h1:2", "tnt-h2:2")
+
+
 def test_submitit_preset_sizes_the_job_from_the_layout():
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
     with initialize_config_module(config_module="tntrun.conf", version_base="1.3"):
@@ -202,3 +222,6 @@ def test_submitit_preset_sizes_the_job_from_the_layout():
     launcher = cfg.hydra.launcher
     assert launcher._target_.endswith("SlurmLauncher")
     assert (launcher.nodes, launcher.gpus_per_node, launcher.tasks_per_node) == (2, 4, 1)
+    assert launcher.cpus_per_task == 2  # ranks_per_node's default: each node's CPUs are the ranks'
+    allocation = {"SLURM_JOB_NODELIST": "gpu[01-02]", "SLURM_TASKS_PER_NODE": "1(x2)"}
+    assert allocation_layout({**allocation, "SUBMITIT_EXECUTOR": "slurm"}, set()) == {}

@@ -105,14 +105,19 @@ def test_optuna_sweeper_optimises_the_returned_objective(tmp_path):
     assert best == pytest.approx(max(c.data.metrics["val_accuracy"] for c in children))
 
 
-def test_parallel_submitit_local_launcher_nests_its_jobs(tmp_path):
+def test_parallel_submitit_local_launcher_nests_its_jobs_and_a_failed_one_fails_the_sweep(
+    tmp_path,
+):
+    """Submitit's jobs run in other processes: the sweep's exit code comes from the store."""
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
     result = tntrun_cli(
-        tmp_path, "-m", "hydra/launcher=submitit_local", "seed=1,2", "ranks_per_node=1",
-        "train.epochs=1", "tracking.system_metrics=false", "checkpoint.every_epochs=0",
+        tmp_path, "-m", "hydra/launcher=submitit_local", "model.hidden_units=[16],[-5]",
+        "ranks_per_node=1", "train.epochs=1", "tracking.system_metrics=false",
+        "checkpoint.every_epochs=0",
     )  # fmt: skip
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "tntrun: 1 sweep job(s) did not finish" in result.stderr
     parent, children = sweep_runs(tmp_path)
-    assert parent.info.status == "FINISHED"
-    assert sorted(c.data.params["seed"] for c in children) == ["1", "2"]
-    assert all(c.info.status == "FINISHED" for c in children)
+    assert parent.info.status == "FAILED"
+    statuses = {c.data.params["model.hidden_units"]: c.info.status for c in children}
+    assert statuses == {"[16]": "FINISHED", "[-5]": "FAILED"}

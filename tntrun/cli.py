@@ -20,6 +20,7 @@ from tntrun.config.compose import CONFIG_NAME, user_choices
 from tntrun.config.schema import register
 from tntrun.config.user_code import add_user_path
 from tntrun.driver import EXIT_CONFIG_ERROR, Experiment, RunResult, run
+from tntrun.tracking import sweep
 from tntrun.tracking.sweep import sweep_parent
 
 register()
@@ -87,6 +88,10 @@ def main() -> None:
     if _failed_jobs:
         print(f"tntrun: {len(_failed_jobs)} sweep job(s) failed", file=sys.stderr)
         sys.exit(max(_failed_jobs))
+    if sweep.unfinished_jobs:  # jobs a cluster launcher ran elsewhere, judged by the store
+        print(f"tntrun: {len(sweep.unfinished_jobs)} sweep job(s) did not finish",
+              file=sys.stderr)  # fmt: skip
+        sys.exit(1)
 
 
 if __name__ == "__main__":

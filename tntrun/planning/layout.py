@@ -177,6 +177,8 @@ def allocation_layout(env: Mapping[str, str], given: set[str]) -> dict[str, int]
     """Layout keys taken from a Slurm allocation, for those not given on the command line."""
     if not env.get("SLURM_JOB_NODELIST"):
         return {}
+    if env.get("SUBMITIT_EXECUTOR") == "slurm":  # sized from this very config (tntrun_slurm)
+        return {}
     layout = {}
     if "nodes" not in given:
         layout["nodes"] = len(expand_slurm_nodelist(env["SLURM_JOB_NODELIST"]))

@@ -20,6 +20,9 @@ from tntrun.tracking import Tracker, tracker_for
 from tntrun.tracking.provenance import source_tags
 
 PARENT_FILE = "mlflow_parent_run_id"
+# Jobs of the sweeps ended in this process whose runs did not finish, as the store says:
+# with a cluster launcher (submitit) the jobs ran elsewhere and only the store knows.
+unfinished_jobs: list[str] = []
 
 
 def _tracker(config: DictConfig) -> Tracker:
@@ -70,5 +73,9 @@ class SweepTracking(Callback):
             write_report(tracker, children, sweep_dir / "report")
         ok = statuses and all(status == "FINISHED" for status in statuses)
         tracker.finish("FINISHED" if ok else "FAILED")
+        unfinished_jobs.extend(child.info.run_id for child in children
+                               if child.info.status != "FINISHED")  # fmt: skip
+        if not children:
+            unfinished_jobs.append(f"sweep {sweep_dir.name}: no job recorded a run")
         print(f"tntrun: sweep parent run {tracker.run_id}: {statuses.count('FINISHED')}/"
               f"{len(statuses)} jobs finished; report in {sweep_dir / 'report'}")  # fmt: skip
