@@ -2,25 +2,32 @@
 
 ``scripts/netns_hosts.sh`` builds them (10.77.0.1 and 10.77.0.2, bridged to
 this namespace as 10.77.0.254); horovodrun reaches them over ssh exactly as it
-would reach cluster nodes. Needs root, iproute2 and openssh-server.
+would reach cluster nodes. Needs root, iproute2 and openssh-server. The hosts share
+this machine's process table, so a leftover rank on either host is found by pgrep.
 """
 
 from __future__ import annotations
 
+import shlex
+import signal
+import subprocess
 import time
 
 import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import (
+    BIN,
     DETERMINISTIC,
     NetnsHosts,
     assert_same_weights,
+    clean_env,
     final_weights,
     run_dir_of,
     store_uri,
     tntrun_cli,
 )
+from tests.test_failures import LONG_RUN, fault, leftover_processes, run_until, the_run
 from tntrun.planning.plan import Plan
 
 pytestmark = pytest.mark.slow
@@ -57,3 +64,46 @@ def test_unreachable_host_or_wrong_port_is_a_clear_error(netns_hosts, tmp_path, 
     client = MlflowClient(store_uri(tmp_path))
     (run,) = client.search_runs([client.get_experiment_by_name("tntrun").experiment_id])
     assert run.info.status == "FAILED" and message in run.data.tags["failure.preflight"]
+
+
+def test_a_host_that_does_not_see_the_run_directory_is_refused(netns_hosts, tmp_path):
+    """The driver's output_root on a tmpfs in its own mount namespace: the hosts see the
+    directory's path but not its files, as a host without the shared filesystem would."""
+    private = tmp_path / "private"
+    private.mkdir()
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    overrides = (*remote(netns_hosts), *DETERMINISTIC, f"output_root={private / 'outputs'}",
+                 f"tracking.uri={store}")  # fmt: skip
+    command = shlex.join([str(BIN / "tntrun"), *overrides])
+    result = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+         f"mount -t tmpfs tmpfs {private} && exec {command}"],
+        cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "host 10.77.0.1 does not see the run directory" in result.stderr
+    assert "put output_root on a filesystem every host shares" in result.stderr
+    client = MlflowClient(store)
+    (run,) = client.search_runs([client.get_experiment_by_name("tntrun").experiment_id])
+    assert run.info.status == "FAILED" and "does not see" in run.data.tags["failure.preflight"]
+
+
+def test_a_rank_killed_on_the_second_host_fails_the_run_and_leaves_nothing(netns_hosts, tmp_path):
+    code, seconds, output = run_until(
+        tmp_path, (*remote(netns_hosts), *LONG_RUN, *fault("kill")), "injecting fault"
+    )
+    assert code != 0 and seconds < 30, f"the job took {seconds:.1f} s to end after the fault"
+    run_dir, _, run = the_run(tmp_path, output)
+    assert run.info.status == "FAILED" and run.data.tags["failure.rank"] == "1"
+    assert leftover_processes(run_dir) == []  # one pid namespace: both hosts' processes
+
+
+def test_ctrl_c_of_a_two_host_run_stops_both_hosts(netns_hosts, tmp_path):
+    code, seconds, output = run_until(
+        tmp_path, (*remote(netns_hosts), *LONG_RUN), "checkpoint saved: epoch 1",
+        then=lambda driver: driver.send_signal(signal.SIGINT),
+    )  # fmt: skip
+    assert code != 0 and seconds < 10, f"the ranks took {seconds:.1f} s to stop"
+    run_dir, _, run = the_run(tmp_path, output)
+    assert run.info.status == "KILLED"
+    assert leftover_processes(run_dir) == []

@@ -211,7 +211,7 @@ class LaunchedRun:
         try:
             with sigterm_as_interrupt(), self.launcher.running(self.plan, self.cfg) as extra:
                 try:
-                    self.launcher.preflight(self.plan, self.cfg)  # before any rank starts
+                    self.launcher.preflight(self.plan, self.cfg, self.run_dir)  # before any rank
                 except PlanError as err:  # recorded on a FAILED run, reported as a config error
                     refused = err.problems
                     self.open_run()

@@ -13,6 +13,7 @@ import importlib
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tntrun.errors import PlanError
@@ -51,7 +52,7 @@ class Launcher:
         """The command that starts every rank, and the variables the ranks get (pure)."""
         raise NotImplementedError
 
-    def preflight(self, plan: Any, cfg: Any) -> None:
+    def preflight(self, plan: Any, cfg: Any, run_dir: Path) -> None:
         """Checks with side effects (ssh, servers) before any rank starts; raise PlanError."""
 
     @contextmanager

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 from tntrun.launch import Launcher, LaunchSpec, base_environment
@@ -26,7 +27,7 @@ class HorovodrunLauncher(Launcher):
         )  # fmt: skip
         return command, env
 
-    def preflight(self, plan: Any, cfg: Any) -> None:
+    def preflight(self, plan: Any, cfg: Any, run_dir: Path) -> None:
         """ssh into every remote host and compare versions before anything starts."""
         from tntrun.launch.remote_hosts import preflight_hosts
         from tntrun.tracking.provenance import versions
@@ -37,5 +38,5 @@ class HorovodrunLauncher(Launcher):
             [host for host, _ in plan.hosts],
             sys.executable,  # the ranks' interpreter, at the same path on every host
             {name: found.get(f"version.{name}") for name in ("tntrun", "tensorflow", "horovod")},
-            hvd.ssh_port, hvd.ssh_identity_file, int(hvd.start_timeout),
+            hvd.ssh_port, hvd.ssh_identity_file, int(hvd.start_timeout), run_dir,
         )  # fmt: skip

@@ -9,24 +9,31 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import secrets
 import shlex
 import socket
 import subprocess
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from tntrun.planning.plan import PlanError
 
 # Printed by the remote python: the versions that must match this machine's.
+# And the token the driver wrote into the run directory (argv[1]): the ranks write into the
+# directory the driver reads, so every host must see it (a shared filesystem).
 PROBE = (
-    "import importlib.metadata as m, json\n"
+    "import importlib.metadata as m, json, sys\n"
     "def v(*names):\n"
     "    for n in names:\n"
     "        try: return m.version(n)\n"
     "        except m.PackageNotFoundError: pass\n"
+    "try: token = open(sys.argv[1]).read()\n"
+    "except OSError: token = None\n"
     "print(json.dumps({'tntrun': v('tntrun'), 'tensorflow': v('tensorflow-cpu', 'tensorflow'),"
-    " 'horovod': v('horovod')}))"
+    " 'horovod': v('horovod'), 'token': token}))"
 )
+SHARED_CHECK = ".shared-check"  # the token's file in the run directory, deleted afterwards
 
 
 def local_addresses() -> set[str]:
@@ -59,9 +66,11 @@ def ssh_command(host: str, port: int | None, identity: str | None, timeout: int)
 
 
 def check_host(host: str, python: str, expected: Mapping[str, str | None], port: int | None,
-               identity: str | None, timeout: int) -> str | None:  # fmt: skip
+               identity: str | None, timeout: int,
+               token: tuple[Path, str]) -> str | None:  # fmt: skip
     """The problem with ``host`` as one line, or None when it is ready."""
-    remote = f"{shlex.quote(python)} -c {shlex.quote(PROBE)}"
+    token_path, token_text = token
+    remote = f"{shlex.quote(python)} -c {shlex.quote(PROBE)} {shlex.quote(str(token_path))}"
     try:
         done = subprocess.run([*ssh_command(host, port, identity, timeout), remote],
                               capture_output=True, text=True, timeout=timeout + 5)  # fmt: skip
@@ -85,20 +94,31 @@ def check_host(host: str, python: str, expected: Mapping[str, str | None], port:
     if different:
         return (f"host {host} runs {', '.join(different)}: install the same versions "
                 "on every host")  # fmt: skip
+    if found.get("token") != token_text:
+        return (f"host {host} does not see the run directory {token_path.parent}: its ranks "
+                "write there and the driver reads it; put output_root on a filesystem every "
+                "host shares (NFS, Lustre, GPFS)")  # fmt: skip
     return None
 
 
 def preflight_hosts(hosts: Sequence[str], python: str, versions: Mapping[str, str | None],
-                    port: int | None, identity: str | None, timeout: int) -> None:  # fmt: skip
-    """Raise PlanError listing every remote host that is not ready (checked in parallel)."""
+                    port: int | None, identity: str | None, timeout: int,
+                    run_dir: Path) -> None:  # fmt: skip
+    """Raise PlanError listing every remote host that is not ready (checked in parallel):
+    unreachable, other versions, or not seeing ``run_dir``."""
     local = local_addresses()
     remote = [h for h in hosts if not is_local(h, local)]
     if not remote:
         return
-    with ThreadPoolExecutor(max_workers=min(16, len(remote))) as pool:
-        problems = pool.map(
-            lambda h: check_host(h, python, versions, port, identity, timeout), remote
-        )
+    token = (run_dir / SHARED_CHECK, secrets.token_hex(8))
+    token[0].write_text(token[1])
+    try:
+        with ThreadPoolExecutor(max_workers=min(16, len(remote))) as pool:
+            problems = list(pool.map(
+                lambda h: check_host(h, python, versions, port, identity, timeout, token), remote
+            ))  # fmt: skip
+    finally:
+        token[0].unlink(missing_ok=True)
     found = [p for p in problems if p]
     if found:
         raise PlanError(found)
