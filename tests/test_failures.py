@@ -19,7 +19,10 @@ from mlflow.tracking import MlflowClient
 
 from tests.conftest import (
     BIN,
+    DETERMINISTIC,
+    assert_same_weights,
     clean_env,
+    final_weights,
     free_port,
     run_dir_of,
     store_uri,
@@ -160,3 +163,25 @@ def test_a_sigkilled_driver_takes_its_ranks_along_and_a_later_command_ends_its_r
         run.data.tags["driver_lost"] == f"driver pid {driver.pid} on {socket.gethostname()} is gone"
     )
     print(f"\n[lost driver] ranks and launcher outlived the driver by {outlived:.1f} s")
+
+
+def test_max_restarts_restarts_the_ranks_in_the_same_run_and_ends_like_no_failure(
+    tmp_path, two_local_ranks_weights
+):
+    """SIGKILL of rank 1 at step 30 (epoch 2) with train.max_restarts=1: the driver restarts
+    the ranks from epoch 1's checkpoint, and the final weights equal an undisturbed run's."""
+    once = tmp_path / "fault-fired"  # the restarted ranks pass step 30 again
+    result = tntrun_cli(tmp_path, *DETERMINISTIC, "checkpoint.min_interval_s=0",
+                        "train.max_restarts=1", *fault("kill"),
+                        f"+callbacks.fault.once_file={once}")  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "restart 1 of 1 (train.max_restarts) from epoch-0001, in the same run" in result.stdout
+    run_dir = run_dir_of(result)
+    client = MlflowClient(store_uri(tmp_path))
+    run = client.get_run((run_dir / "mlflow_run_id").read_text())
+    assert run.info.status == "FINISHED" and run.data.tags["restarts"] == "1"
+    assert run.data.tags["restart.1"].startswith("rank 1 failed")
+    assert (run_dir / "restarts" / "attempt-1" / "logs" / "rank.1.log").is_file()
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "restarts/attempt-1")}
+    assert "restarts/attempt-1/traceback_rank_1.txt" in artifacts
+    assert_same_weights(final_weights(result), two_local_ranks_weights)

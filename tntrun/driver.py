@@ -33,9 +33,11 @@ from tntrun.launch.clock import process_start_time
 from tntrun.launch.driver_alive import DriverHeartbeat, driver_tags
 from tntrun.launch.rank_job import LaunchResult, RankJob, StallWatch
 from tntrun.launch.rank_logs import RankLogWriter
+from tntrun.launch.restarts import archive_attempt
+from tntrun.planning.checkpoints import latest_checkpoint, read_meta
 from tntrun.planning.machine import device_problems, machine_facts
 from tntrun.planning.plan import Plan, build_plan
-from tntrun.planning.resume import ResumedRun, load_resumed_run
+from tntrun.planning.resume import ResumedRun, ResumePoint, load_resumed_run
 from tntrun.planning.view import plot_schedule, render_plan
 from tntrun.tracking import Tracker, flatten, tracker_for
 from tntrun.tracking.metrics_stream import MetricsRelay, last_values
@@ -205,6 +207,7 @@ class LaunchedRun:
         self.relay: MetricsRelay | None = None  # rank 0's metrics into the run
         self.deferred = False  # the store was unreachable when the run was to be opened
         self.pending: Pending | None = None  # what the store has not received at the end
+        self.restarts = 0  # of the ranks after a failure (train.max_restarts)
 
     def execute(self) -> RunResult:
         status, stalled, refused = "FAILED", None, None
@@ -236,19 +239,53 @@ class LaunchedRun:
                run_files.ENV_USER_PATH: os.getcwd()}  # fmt: skip
         self.heartbeat = DriverHeartbeat(self.run_dir)  # the ranks end within seconds of ours
         self.heartbeat.start()
-        self.job = RankJob(
+        self.job = self.start_ranks(env)
+        # The ranks import TensorFlow now; the store opens meanwhile in a lower-priority thread.
+        self.session = TrackingSession(self.open_tracked, self.relaying,
+                                       lambda: self.job.terminate())  # fmt: skip
+        try:
+            outcome = self.job.follow()
+            while self.restart_after(outcome):
+                self.job = self.start_ranks(env)
+                outcome = self.job.follow()
+            return outcome
+        finally:
+            self.heartbeat.stop()
+            self.session.close()  # re-raises a failure to open the run
+
+    def start_ranks(self, env: Mapping[str, str]) -> RankJob:
+        return RankJob(
             self.plan.launch_command, env, self.run_dir / run_files.RANKS_LOG,
             RankLogWriter(self.run_dir / run_files.LOGS),
             StallWatch(self.run_dir / run_files.HEARTBEATS, self.plan.world_size,
                        float(self.cfg.train.stall_timeout_s)),
         )  # fmt: skip
-        # The ranks import TensorFlow now; the store opens meanwhile in a lower-priority thread.
-        self.session = TrackingSession(self.open_tracked, self.relaying, self.job.terminate)
+
+    def restart_after(self, outcome: LaunchResult) -> bool:
+        """After a failed attempt, re-plan from the newest checkpoint (train.max_restarts)."""
+        limit = int(self.cfg.train.max_restarts)
+        if outcome.status != "FAILED" or self.restarts >= limit:
+            return False
+        checkpoint = latest_checkpoint(self.run_dir)
         try:
-            return self.job.follow()
-        finally:
-            self.heartbeat.stop()
-            self.session.close()  # re-raises a failure to open the run
+            if checkpoint is None:
+                raise PlanError("the run wrote no checkpoint to restart from")
+            resume = ResumePoint(str(checkpoint), read_meta(checkpoint))
+            plan, _ = make_plan(self.exp, self.run_dir, resume)
+        except PlanError as err:
+            print(f"tntrun: not restarting the ranks: {'; '.join(err.problems)}",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            return False
+        self.restarts += 1
+        why = archive_attempt(self.run_dir, self.restarts, outcome.stalled)
+        self.plan = plan
+        plan.save(self.run_dir / run_files.PLAN)
+        print(f"tntrun: {why}; restart {self.restarts} of {limit} (train.max_restarts) from "
+              f"{checkpoint.name}, in the same run", flush=True)  # fmt: skip
+        if self.tracker.run_id:
+            self.tracker.set_tag("restarts", str(self.restarts))
+            self.tracker.set_tag(f"restart.{self.restarts}", f"{why}; from {checkpoint.name}")
+        return True
 
     def open_run(self) -> tuple[Tracker, str | None]:
         """Create the tracked run (or reopen the resumed one) and log its params."""

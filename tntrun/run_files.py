@@ -21,6 +21,7 @@ METRICS = "metrics.jsonl"  # rank 0's metrics, relayed into the run by the drive
 HEARTBEATS = "heartbeats"  # folder: rank.<N> progress files for the stall watchdog
 LOGS = "logs"  # folder: rank.<N>.log and launcher.log
 RANKS_LOG = "ranks.log"  # the launcher's combined output
+RESTARTS = "restarts"  # folder: attempt-<N>/ with the logs and traceback of each restarted failure
 CHECKPOINTS = "checkpoints"  # folder: epoch-NNNN checkpoints, and best/ (checkpoint.monitor)
 NONFINITE = "nonfinite.jsonl"  # rank 0: one line per non-finite loss (failure or rollback)
 # Outputs.
@@ -36,7 +37,7 @@ HYDRA = ".hydra"
 # Logged to the run as artifacts when present (folders keep their name).
 OUTPUT_FILES = (CONFIG, PLAN, FINAL_MODEL, TIMELINE, AUTOTUNE_LOG, LR_PLOT)
 OUTPUT_FOLDERS = ((HYDRA, "hydra"), (LOGS, LOGS), (TRANSLATIONS, TRANSLATIONS),
-                  (SCALING_PREDICTION, SCALING_PREDICTION))  # fmt: skip
+                  (SCALING_PREDICTION, SCALING_PREDICTION), (RESTARTS, RESTARTS))  # fmt: skip
 
 # Environment the driver gives the ranks.
 ENV_DRIVER_START = "TNTRUN_DRIVER_START"  # wall time the driver process started (start-up metric)

@@ -160,6 +160,9 @@ class TrainConfig:
     on_nonfinite: OnNonFinite = OnNonFinite.fail
     rollback_lr_factor: float = 0.5
     max_rollbacks: int = 3
+    # After a rank failure (an exception, a dead or stalled rank), restart the ranks from the
+    # run's newest checkpoint, in the same tracked run, up to this many times; then FAILED.
+    max_restarts: int = 0
     # Keras dtype policy: float32, or mixed_bfloat16 / mixed_float16 (16-bit compute,
     # float32 weights and outputs; mixed_float16 adds dynamic loss scaling).
     precision: Precision = Precision.float32

@@ -39,6 +39,7 @@ RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("checkpoint.min_interval_s", _at_least(0), "use 0 (every every_epochs) or more seconds"),
     ("train.rollback_lr_factor", lambda v: 0 < v <= 1, "choose a factor in (0, 1]"),
     ("train.max_rollbacks", _at_least(0), "use 0 or more rollbacks"),
+    ("train.max_restarts", _at_least(0), "use 0 (no restarts) or more"),
     ("tracking.log_every_steps", _at_least(0), "use 0 (per epoch only) or more"),
     ("tracking.system_metrics_interval_s", lambda v: v > 0, "give a positive interval"),
 )  # fmt: skip

@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 import horovod.tensorflow as hvd
 import tf_keras as keras
@@ -24,11 +25,14 @@ class InjectFault(keras.callbacks.Callback):
     """At training step ``at_step`` on rank ``rank``: raise, exit(3), SIGKILL itself, sleep,
     or (``nan_loss``, once) set a weight to NaN, so that step's loss on that rank is NaN."""
 
-    def __init__(self, rank: int, at_step: int, kind: str = "raise") -> None:
+    def __init__(self, rank: int, at_step: int, kind: str = "raise",
+                 once_file: str | None = None) -> None:  # fmt: skip
         super().__init__()
         if kind not in KINDS:
             raise ValueError(f"callbacks.fault.kind={kind!r}: choose one of {', '.join(KINDS)}")
         self.rank, self.at_step, self.kind = rank, at_step, kind
+        # With once_file, once across processes too: restarted ranks pass the step again.
+        self.once_file = Path(once_file) if once_file else None
         self.fired = False
 
     def on_train_batch_begin(self, batch, logs=None):
@@ -36,6 +40,10 @@ class InjectFault(keras.callbacks.Callback):
         if hvd.rank() != self.rank or step != self.at_step or self.fired:
             return
         self.fired = True  # once: a rolled-back run passes this step again
+        if self.once_file is not None:
+            if self.once_file.exists():
+                return
+            self.once_file.write_text(f"rank {self.rank} step {step} {self.kind}\n")
         print(f"rank {self.rank}: injecting fault '{self.kind}' at step {step}", flush=True)
         if self.kind == "nan_loss":  # the output layer's last weight: NaN logits, NaN loss
             weight = self.model.trainable_variables[-1]
