@@ -94,15 +94,20 @@ def test_a_failing_rank_ends_the_job_and_the_run_can_resume(tmp_path, kind):
     assert client.get_run(run.info.run_id).info.status == "FINISHED"
 
 
-def test_ctrl_c_stops_every_rank_within_10_s(tmp_path):
+def assert_ctrl_c_stops_every_rank_within_10_s(tmp_path, *overrides: str) -> None:
+    """SIGINT to the driver after epoch 1's checkpoint: KILLED, no process of the run left."""
     code, seconds, output = run_until(
-        tmp_path, LONG_RUN, "checkpoint saved: epoch 1",
+        tmp_path, (*overrides, *LONG_RUN), "checkpoint saved: epoch 1",
         then=lambda driver: driver.send_signal(signal.SIGINT),
     )  # fmt: skip
     assert code != 0 and seconds < 10, f"ranks took {seconds:.1f} s to stop"
     run_dir, _, run = the_run(tmp_path, output)
     assert run.info.status == "KILLED"
     assert leftover_processes(run_dir) == []
+
+
+def test_ctrl_c_stops_every_rank_within_10_s(tmp_path):
+    assert_ctrl_c_stops_every_rank_within_10_s(tmp_path)
 
 
 def test_the_watchdog_names_a_stalled_rank(tmp_path):

@@ -9,7 +9,6 @@ this machine's process table, so a leftover rank on either host is found by pgre
 from __future__ import annotations
 
 import shlex
-import signal
 import subprocess
 import time
 
@@ -27,7 +26,14 @@ from tests.conftest import (
     store_uri,
     tntrun_cli,
 )
-from tests.test_failures import LONG_RUN, fault, leftover_processes, run_until, the_run
+from tests.test_failures import (
+    LONG_RUN,
+    assert_ctrl_c_stops_every_rank_within_10_s,
+    fault,
+    leftover_processes,
+    run_until,
+    the_run,
+)
 from tntrun.planning.plan import Plan
 
 pytestmark = pytest.mark.slow
@@ -99,11 +105,4 @@ def test_a_rank_killed_on_the_second_host_fails_the_run_and_leaves_nothing(netns
 
 
 def test_ctrl_c_of_a_two_host_run_stops_both_hosts(netns_hosts, tmp_path):
-    code, seconds, output = run_until(
-        tmp_path, (*remote(netns_hosts), *LONG_RUN), "checkpoint saved: epoch 1",
-        then=lambda driver: driver.send_signal(signal.SIGINT),
-    )  # fmt: skip
-    assert code != 0 and seconds < 10, f"the ranks took {seconds:.1f} s to stop"
-    run_dir, _, run = the_run(tmp_path, output)
-    assert run.info.status == "KILLED"
-    assert leftover_processes(run_dir) == []
+    assert_ctrl_c_stops_every_rank_within_10_s(tmp_path, *remote(netns_hosts))
