@@ -42,7 +42,7 @@ class DriverHeartbeat(threading.Thread):
     def __init__(self, run_dir: Path) -> None:
         super().__init__(name="tntrun-driver-heartbeat", daemon=True)
         self.path = run_dir / run_files.DRIVER_ALIVE
-        self._stop = threading.Event()
+        self._done = threading.Event()
         self._identity = f"{socket.gethostname()} {os.getpid()}"
         self.beat(0)
 
@@ -53,13 +53,13 @@ class DriverHeartbeat(threading.Thread):
 
     def run(self) -> None:
         count = 0
-        while not self._stop.wait(BEAT_S):
+        while not self._done.wait(BEAT_S):
             count += 1
             with contextlib.suppress(OSError):  # a full disk: the ranks will judge
                 self.beat(count)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._done.set()
 
 
 def watch_driver(run_dir: Path, on_lost: Callable[[float], None] | None = None,
