@@ -198,7 +198,7 @@ def test_the_submitit_preset_runs_a_two_job_sweep_on_the_cluster(slurm, tmp_path
     """The issue's command: one task per node for the driver, 2 ranks per node by srun."""
     result = slurm.run(
         *tntrun_command(tmp_path, "-m", "hydra/launcher=tntrun_slurm", "launcher=srun",
-                        "ranks_per_node=2", "train.epochs=2", "seed=1,2",
+                        "ranks_per_node=2", "train.epochs=1", "seed=1,2",
                         "horovod.network_interface=tnt0", "tracking.system_metrics=false"),
         cwd=tmp_path, timeout=400,
     )  # fmt: skip
