@@ -103,6 +103,9 @@ up() {
     ip netns list | grep -qw "$node" || die "network namespace $node missing: scripts/netns_hosts.sh up DIR first"
   done
   down
+  if ss -ltn 2>/dev/null | grep -q ':6817 '; then
+    die "port 6817 is taken (another slurmctld?): stop it first (scripts/slurm_cluster.sh down <its DIR>)"
+  fi
   mkdir -p "$DIR/state"
   start_munge
   write_conf
