@@ -25,7 +25,7 @@ stop_pidfile() {
   [ -f "$file" ] || return 0
   pid=$(cat "$file")
   kill "$pid" 2>/dev/null || true
-  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  for _ in $(seq 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   kill -9 "$pid" 2>/dev/null || true
   rm -f "$file"
 }

@@ -87,6 +87,8 @@ def test_a_failing_rank_ends_the_job_and_the_run_can_resume(tmp_path, kind):
         artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
         assert "traceback_rank_1.txt" in artifacts
     assert (run_dir / "checkpoints" / "epoch-0001" / "meta.json").exists()
+    if kind == "kill":
+        return  # the same checkpoint; resuming from it once is enough
 
     resumed = tntrun_cli(tmp_path, f"resume={run_dir}", "train.epochs=2", "callbacks={}")
     assert resumed.returncode == 0, resumed.stdout[-3000:]

@@ -28,6 +28,7 @@ class RankLogWriter:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
         self._files: dict[str, TextIO] = {}
+        self._file(LAUNCHER)  # there even when the launcher says nothing of its own
 
     def _file(self, name: str) -> TextIO:
         if name not in self._files:
