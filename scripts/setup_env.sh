@@ -36,7 +36,8 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$VENV/bin/python" -m pip install --quiet --upgrade pip setuptools wheel
 fi
 PY="$VENV/bin/python"
-PIP=("$PY" -m pip --quiet)
+# --no-compile, then one compileall on every core at the end: pip compiles one file at a time.
+INSTALL=("$PY" -m pip --quiet install --no-compile)
 
 installed_tf=$("$PY" - <<'PY' 2>/dev/null || true
 import importlib.metadata as m
@@ -49,18 +50,18 @@ PY
 )
 if [ "$installed_tf" != "$TF_VERSION" ]; then
   step "installing TensorFlow $TF_VERSION ($DEVICE) and tf-keras"
-  "${PIP[@]}" install "$TF_REQ" || die "could not install $TF_REQ"
+  "${INSTALL[@]}" "$TF_REQ" || die "could not install $TF_REQ"
   # tf-keras requires `tensorflow`: beside tensorflow-cpu pip would install the same files
   # a second time under that name.
-  "${PIP[@]}" install --no-deps "tf-keras~=2.18.0" || die "could not install tf-keras"
+  "${INSTALL[@]}" --no-deps "tf-keras~=2.18.0" || die "could not install tf-keras"
 fi
 
 # Without the cpu/gpu extra: TensorFlow is in (above), and the extra's tf-keras would pull
 # `tensorflow` over tensorflow-cpu.
 step "installing tntrun (editable) with its driver and dev dependencies"
-"${PIP[@]}" install -e "$ROOT[dev,sweepers]" || die "pip install -e .[dev,sweepers] failed"
+"${INSTALL[@]}" -e "$ROOT[dev,sweepers]" || die "pip install -e .[dev,sweepers] failed"
 # Horovod's runtime dependencies (it is installed with --no-deps below).
-"${PIP[@]}" install cloudpickle psutil pyyaml packaging cffi || die "could not install Horovod's dependencies"
+"${INSTALL[@]}" cloudpickle psutil pyyaml packaging cffi || die "could not install Horovod's dependencies"
 
 horovod_ok() {
   "$PY" - "$TF_VERSION" <<'PY'
@@ -100,7 +101,7 @@ if ! horovod_ok >/dev/null 2>&1; then
     wheel=$(ls "$cache_dir"/horovod-$HOROVOD_VERSION-*.whl | head -n1)
   fi
   step "installing $(basename "$wheel")"
-  "${PIP[@]}" install --force-reinstall --no-deps "$wheel" || die "could not install $wheel"
+  "${INSTALL[@]}" --force-reinstall --no-deps "$wheel" || die "could not install $wheel"
   why=$(horovod_ok 2>&1) || die "Horovod is unusable: ${why:-horovod.tensorflow does not import} (remove the cached wheel and rerun)"
 fi
 
@@ -123,6 +124,10 @@ if [ ${#missing[@]} -gt 0 ]; then
     echo "note: ${missing[*]} missing and not root: the tests needing them will be skipped (sudo apt-get install ${missing[*]})"
   fi
 fi
+
+step "compiling the environment's Python files (every core)"
+"$PY" -m compileall -q -j0 "$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+  > /dev/null || true  # a file that does not compile (a py2 test fixture) is not fatal
 
 stamp="$VENV/.tntrun-verified"
 if [ ! -f "$stamp" ] || [ "$stamp" -ot "$0" ]; then
