@@ -68,6 +68,13 @@ def leftover_processes(run_dir) -> list[str]:
     return [line for line in found.stdout.splitlines() if "pgrep" not in line]
 
 
+def wait_until_no_process_left(run_dir, since: float, bound: float) -> float:
+    """Seconds from ``since`` until no process of the run is left (polled up to ``bound``)."""
+    while leftover_processes(run_dir) and time.monotonic() - since < bound:
+        time.sleep(0.2)
+    return time.monotonic() - since
+
+
 def the_run(tmp_path, output):
     run_dir = run_dir_of(subprocess.CompletedProcess([], 0, output, ""))
     client = MlflowClient(store_uri(tmp_path))
@@ -143,10 +150,7 @@ def test_a_sigkilled_driver_takes_its_ranks_along_and_a_later_command_ends_its_r
     client = MlflowClient(store_uri(tmp_path))
     run_dir = client.get_run(run_id).data.tags["run_dir"]
     driver.kill()
-    killed = time.monotonic()
-    while leftover_processes(run_dir) and time.monotonic() - killed < 30:
-        time.sleep(0.2)
-    outlived = time.monotonic() - killed
+    outlived = wait_until_no_process_left(run_dir, time.monotonic(), 30)
     assert leftover_processes(run_dir) == [] and outlived < 10, (
         f"ranks outlived it {outlived:.1f} s"
     )

@@ -33,6 +33,7 @@ from tests.test_failures import (
     leftover_processes,
     run_until,
     the_run,
+    wait_until_no_process_left,
 )
 from tntrun.planning.plan import Plan
 
@@ -98,15 +99,14 @@ def test_a_rank_killed_on_the_second_host_fails_the_run_and_leaves_nothing(netns
     code, seconds, output = run_until(
         tmp_path, (*remote(netns_hosts), *LONG_RUN, *fault("kill")), "injecting fault"
     )
+    fault_at = time.monotonic() - seconds
     assert code != 0 and seconds < 30, f"the job took {seconds:.1f} s to end after the fault"
     run_dir, _, run = the_run(tmp_path, output)
     assert run.info.status == "FAILED" and run.data.tags["failure.rank"] == "1"
     # horovodrun's ssh does not stop a remote rank: the driver's heartbeat (driver_alive) does,
     # 5 s after the driver ends. One pid namespace: pgrep sees both hosts' processes.
-    while leftover_processes(run_dir) and seconds < 30:
-        time.sleep(0.5)
-        seconds += 0.5
-    assert leftover_processes(run_dir) == [], f"left {seconds:.1f} s after the fault"
+    elapsed = wait_until_no_process_left(run_dir, fault_at, 30)
+    assert leftover_processes(run_dir) == [], f"left {elapsed:.1f} s after the fault"
 
 
 def test_ctrl_c_of_a_two_host_run_stops_both_hosts(netns_hosts, tmp_path):
