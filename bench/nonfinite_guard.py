@@ -25,7 +25,8 @@ import tf_keras as keras  # noqa: E402
 
 from tntrun.datasets.digits import DigitsDataset  # noqa: E402
 from tntrun.engine.distributed_optimizer import distributed_optimizer  # noqa: E402
-from tntrun.engine.nonfinite import NonFiniteGuard, watch_averaged_loss  # noqa: E402
+from tntrun.engine.nonfinite import NonFiniteGuard  # noqa: E402
+from tntrun.engine.step_agreement import agree_after_each_step  # noqa: E402
 from tntrun.models.cnn import build_cnn  # noqa: E402
 from tntrun.models.mlp import build_mlp  # noqa: E402
 
@@ -48,7 +49,7 @@ def compiled(build, info, guarded: bool):
     optimizer = distributed_optimizer(keras.optimizers.Adam(0.002))
     callbacks = []
     if guarded:
-        callbacks.append(NonFiniteGuard(watch_averaged_loss(optimizer)))
+        callbacks.append(NonFiniteGuard(agree_after_each_step(optimizer)))
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     model.compile(optimizer=optimizer, loss=loss, metrics=["accuracy"])
     return model, callbacks

@@ -131,7 +131,12 @@ def test_model_flop_utilisation_is_logged(two_ranks):
     assert "measured matmul peak" in two_ranks[1].stdout
 
 
-def test_interrupted_and_resumed_run_ends_with_the_same_weights(two_ranks, tmp_path):
+def test_a_preempted_run_resumes_mid_epoch_into_the_same_run_with_the_same_weights(
+    two_ranks, tmp_path
+):
+    """SIGTERM to the driver (what Slurm sends on preemption): the ranks stop together at
+    one step of epoch 2, checkpoint it, and the run ends KILLED, tagged preempted;
+    resume=auto finds it, continues from that step and ends as if never stopped."""
     _, uninterrupted = two_ranks
     driver = subprocess.Popen(
         tntrun_command(tmp_path, *CONFIG), cwd=tmp_path, env=clean_env(),
@@ -141,23 +146,29 @@ def test_interrupted_and_resumed_run_ends_with_the_same_weights(two_ranks, tmp_p
     deadline = time.monotonic() + 300
     for line in driver.stdout:
         output.append(line)
-        if "checkpoint saved: epoch 2" in line or time.monotonic() > deadline:
+        if "checkpoint saved: epoch 1" in line or time.monotonic() > deadline:
             break
-    driver.send_signal(signal.SIGINT)
+    driver.send_signal(signal.SIGTERM)
     output.extend(driver.stdout)
     assert driver.wait(timeout=60) != 0
     text = "".join(output)
-    assert "tntrun: run KILLED" in text
-    interrupted_dir = run_dir_of(subprocess.CompletedProcess([], 1, text, ""))
-    assert (interrupted_dir / "checkpoints" / "epoch-0002" / "meta.json").exists()
+    assert "tntrun: run KILLED" in text, text[-3000:]
+    preempted_dir = run_dir_of(subprocess.CompletedProcess([], 1, text, ""))
+    (checkpoint,) = [p.name for p in (preempted_dir / "checkpoints").glob("epoch-0001.batch-*")]
+    client = MlflowClient(store_uri(tmp_path))
+    run_id = (preempted_dir / "mlflow_run_id").read_text()
+    tags = client.get_run(run_id).data.tags
+    assert tags["preempted"].startswith("SIGTERM on "), tags
+    assert tags["preempted"].endswith(f"checkpoint {checkpoint}"), tags
 
-    resumed = tntrun_cli(tmp_path, f"resume={interrupted_dir}")
+    resumed = tntrun_cli(tmp_path, *CONFIG, "resume=auto")
     finished(resumed)
-    assert "resumed from" in resumed.stdout and "at epoch 2" in resumed.stdout
-    run_id = (interrupted_dir / "mlflow_run_id").read_text()
-    run = MlflowClient(store_uri(tmp_path)).get_run(run_id)
-    assert run.info.status == "FINISHED"
-    history = MlflowClient(store_uri(tmp_path)).get_metric_history(run_id, "val_accuracy")
+    assert f"resume=auto: continuing run {run_id}" in resumed.stdout
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED" and "preempted" not in run.data.tags
+    assert run.data.tags["restarts"] == "1"
+    assert run.data.tags["restart.1"].startswith(f"resume=auto: from {checkpoint}; SIGTERM on ")
+    history = client.get_metric_history(run_id, "val_accuracy")
     assert sorted({m.step for m in history}) == [0, 1, 2, 3]
     for a, b in zip(weights(run_dir_of(resumed)), weights(run_dir_of(uninterrupted)), strict=True):
         np.testing.assert_array_equal(a, b)

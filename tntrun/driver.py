@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import os
 import shlex
-import signal
 import socket
 import sys
-import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -31,15 +29,23 @@ from tntrun.errors import PlanError
 from tntrun.launch import launcher_for
 from tntrun.launch.clock import process_start_time
 from tntrun.launch.driver_alive import DriverHeartbeat, driver_tags
+from tntrun.launch.preemption import StopOnSignals, job_restart, requeue_after, slurm_tags
 from tntrun.launch.rank_job import LaunchResult, RankJob, StallWatch
 from tntrun.launch.rank_logs import RankLogWriter
 from tntrun.launch.restarts import archive_attempt
-from tntrun.planning.checkpoints import latest_checkpoint, read_meta
+from tntrun.planning.checkpoints import config_hash, latest_checkpoint, read_meta
 from tntrun.planning.machine import device_problems, machine_facts
 from tntrun.planning.plan import Plan, build_plan
-from tntrun.planning.resume import ResumedRun, ResumePoint, load_resumed_run
+from tntrun.planning.resume import (
+    AUTO,
+    ResumedRun,
+    ResumePoint,
+    first_resumable,
+    load_resumed_run,
+)
 from tntrun.planning.view import plot_schedule, render_plan
 from tntrun.tracking import Tracker, flatten, tracker_for
+from tntrun.tracking.lost_runs import DRIVER_LOST_TAG
 from tntrun.tracking.metrics_stream import MetricsRelay, last_values
 from tntrun.tracking.outage import (
     EXIT_TRACKING_PENDING,
@@ -49,7 +55,7 @@ from tntrun.tracking.outage import (
     is_outage,
     sync_line,
 )
-from tntrun.tracking.run_record import start_tags
+from tntrun.tracking.run_record import PREEMPTED_TAG, start_tags
 from tntrun.tracking.runs_table import dataset_record, default_run_name
 from tntrun.tracking.session import TrackingSession
 
@@ -131,7 +137,9 @@ def run(exp: Experiment) -> RunResult:
     add_user_path()  # user modules (model._target_=mymodels.build) from the working directory
     try:
         tracker = tracker_for(cfg.tracking, Path(cfg.output_root))
-        resumed = resume_of(exp, tracker) if cfg.resume else None
+        filled = replace(exp, config=with_allocation_layout(cfg, exp.overrides, os.environ))
+        reference, how = resume_reference(filled, tracker)
+        resumed = resume_of(exp, tracker, reference, how) if reference else None
         config = resumed.config if resumed else cfg
         exp = replace(exp, config=with_allocation_layout(config, exp.overrides, os.environ))
         cfg = exp.config
@@ -162,8 +170,36 @@ def run(exp: Experiment) -> RunResult:
     return LaunchedRun(exp, plan, run_dir, tracker, resumed, sized.info).execute()
 
 
-def resume_of(exp: Experiment, tracker: Tracker) -> ResumedRun:
-    """The run ``resume=`` names, with its config and checkpoint."""
+def problem_hash(cfg: DictConfig) -> str:
+    """The hash of the training problem a config defines (checkpoints and runs carry it)."""
+    return config_hash(OmegaConf.to_container(cfg, resolve=True))
+
+
+def resume_reference(exp: Experiment, tracker: Tracker) -> tuple[str | None, str]:
+    """The run to continue and how it was chosen: ``resume=`` as given; for ``resume=auto``
+    the newest unfinished run of this config with a checkpoint, and for a requeued Slurm
+    job the newest of that job (None: start a new run)."""
+    cfg, job = exp.config, job_restart(os.environ)
+    if cfg.resume not in (None, AUTO):
+        return str(cfg.resume), f"resume={cfg.resume}"
+    if job is not None:
+        how = f"requeued Slurm job {job} (restart {os.environ['SLURM_RESTART_COUNT']})"
+        wanted = {"slurm_job_id": job}
+    elif cfg.resume == AUTO:
+        how, wanted = "resume=auto", {"config_hash": problem_hash(cfg)}
+    else:
+        return None, ""
+    found = first_resumable(tracker.unfinished_runs(wanted))
+    if found is None:
+        print(f"tntrun: {how}: no unfinished run of this {'job' if job else 'config'} with a "
+              f"checkpoint in {tracker.store}; starting a new run", flush=True)  # fmt: skip
+    else:
+        print(f"tntrun: {how}: continuing run {found}", flush=True)
+    return found, how
+
+
+def resume_of(exp: Experiment, tracker: Tracker, reference: str, how: str) -> ResumedRun:
+    """The run ``reference`` names, with its config and checkpoint."""
     cfg = exp.config
 
     def recorded_run_dir(run_id: str) -> str | None:
@@ -171,25 +207,9 @@ def resume_of(exp: Experiment, tracker: Tracker) -> ResumedRun:
         found.attach(run_id)
         return found.tags().get("run_dir")
 
-    return load_resumed_run(cfg.resume, recorded_run_dir, tracker.store, exp.overrides,
-                            list(exp.choices), bool(cfg.resume_allow_layout_change))  # fmt: skip
-
-
-@contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM (scancel, kill) ends the run like Ctrl-C: KILLED, ranks stopped."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    return load_resumed_run(reference, recorded_run_dir, tracker.store, exp.overrides,
+                            list(exp.choices), bool(cfg.resume_allow_layout_change),
+                            how)  # fmt: skip
 
 
 class LaunchedRun:
@@ -207,12 +227,19 @@ class LaunchedRun:
         self.relay: MetricsRelay | None = None  # rank 0's metrics into the run
         self.deferred = False  # the store was unreachable when the run was to be opened
         self.pending: Pending | None = None  # what the store has not received at the end
-        self.restarts = 0  # of the ranks after a failure (train.max_restarts)
+        self.restarts = 0  # of the ranks after a failure in this launch (train.max_restarts)
+        self.recorded_restarts = 0  # the run's restarts so far (failures, preemptions)
+        self.job: RankJob | None = None
+        train = self.cfg.train
+        self.stopping = StopOnSignals(
+            run_dir, list(train.preempt_signals), float(train.preempt_grace_s),
+            ranks_running=lambda: self.job is not None, stop_ranks=lambda: self.job.terminate(),
+        )  # fmt: skip
 
     def execute(self) -> RunResult:
         status, stalled, refused = "FAILED", None, None
         try:
-            with sigterm_as_interrupt(), self.launcher.running(self.plan, self.cfg) as extra:
+            with self.stopping.installed(), self.launcher.running(self.plan, self.cfg) as extra:
                 try:
                     self.launcher.preflight(self.plan, self.cfg, self.run_dir)  # before any rank
                 except PlanError as err:  # recorded on a FAILED run, reported as a config error
@@ -222,15 +249,23 @@ class LaunchedRun:
                 else:
                     outcome = self.follow(extra)
                     status, stalled = outcome.status, outcome.stalled
+                    if self.preempted() or (self.stopping.received and status != "FINISHED"):
+                        status = "KILLED"  # asked to stop: checkpointed (preempted) or not
         except KeyboardInterrupt:
             status = "KILLED"
         finally:
             self.end(status, stalled)
+        if self.preempted():
+            requeue_after(self.stopping.received, os.environ)
         if refused:
             result = config_error(refused, self.run_dir)
             return RunResult(result.status, result.exit_code, self.run_dir, self.tracker.run_id,
                              problems=result.problems, plan=self.plan)  # fmt: skip
         return self.report(status)
+
+    def preempted(self) -> bool:
+        """Whether the ranks stopped together on a stop request and checkpointed there."""
+        return (self.run_dir / run_files.PREEMPTED).is_file()
 
     def follow(self, extra_env: Mapping[str, str]) -> LaunchResult:
         """Start the ranks, open the tracked run meanwhile, relay until the ranks end."""
@@ -264,7 +299,7 @@ class LaunchedRun:
     def restart_after(self, outcome: LaunchResult) -> bool:
         """After a failed attempt, re-plan from the newest checkpoint (train.max_restarts)."""
         limit = int(self.cfg.train.max_restarts)
-        if outcome.status != "FAILED" or self.restarts >= limit:
+        if outcome.status != "FAILED" or self.restarts >= limit or self.stopping.received:
             return False
         checkpoint = latest_checkpoint(self.run_dir)
         try:
@@ -277,14 +312,16 @@ class LaunchedRun:
                   file=sys.stderr, flush=True)  # fmt: skip
             return False
         self.restarts += 1
-        why = archive_attempt(self.run_dir, self.restarts, outcome.stalled)
+        self.recorded_restarts += 1
+        why = archive_attempt(self.run_dir, self.recorded_restarts, outcome.stalled)
         self.plan = plan
         plan.save(self.run_dir / run_files.PLAN)
         print(f"tntrun: {why}; restart {self.restarts} of {limit} (train.max_restarts) from "
               f"{checkpoint.name}, in the same run", flush=True)  # fmt: skip
         if self.tracker.run_id:
-            self.tracker.set_tag("restarts", str(self.restarts))
-            self.tracker.set_tag(f"restart.{self.restarts}", f"{why}; from {checkpoint.name}")
+            self.tracker.set_tag("restarts", str(self.recorded_restarts))
+            self.tracker.set_tag(f"restart.{self.recorded_restarts}",
+                                 f"{why}; from {checkpoint.name}")  # fmt: skip
         return True
 
     def open_run(self) -> tuple[Tracker, str | None]:
@@ -293,10 +330,12 @@ class LaunchedRun:
         if tracker.run_id:  # created before the store went away: the rest again
             run_id = tracker.run_id
         elif self.resumed:
-            run_id = tracker.reopen(self.resumed.mlflow_run_id, self.resume_tags())
+            tracker.attach(self.resumed.mlflow_run_id)
+            run_id = tracker.reopen(self.resumed.mlflow_run_id, self.resume_tags(tracker.tags()))
             self.prefix = f"resumed-{run_dir.name}"
         else:
-            tags = start_tags(plan, run_dir, list(self.exp.overrides), dict(self.exp.choices))
+            tags = start_tags(plan, run_dir, list(self.exp.overrides), dict(self.exp.choices),
+                              problem_hash(self.cfg))  # fmt: skip
             run_id = tracker.start(self.cfg.tracking.run_name or self.default_run_name(), tags,
                                    self.exp.parent_run_id)  # fmt: skip
         (run_dir / run_files.RUN_ID).write_text(run_id)
@@ -373,10 +412,17 @@ class LaunchedRun:
         ):  # fmt: skip
             yield
 
-    def resume_tags(self) -> dict[str, str]:
-        """Tags for a resumed run, recording a layout change when there is one."""
+    def resume_tags(self, recorded: Mapping[str, str]) -> dict[str, str]:
+        """Tags for a resumed run: one more restart (how, from where, and how the run had
+        ended), and a layout change when there is one."""
         plan, before = self.plan, self.resumed.point.meta
-        tags = {"resumed_in": str(self.run_dir), **driver_tags()}
+        self.recorded_restarts = int(recorded.get("restarts", 0)) + 1
+        ended = recorded.get(PREEMPTED_TAG) or recorded.get(DRIVER_LOST_TAG)
+        restart = f"{self.resumed.how}: from {Path(self.resumed.point.checkpoint).name}"
+        tags = {"resumed_in": str(self.run_dir), **driver_tags(), **slurm_tags(),
+                "restarts": str(self.recorded_restarts),
+                f"restart.{self.recorded_restarts}": f"{restart}; {ended}" if ended else restart,
+                }  # fmt: skip
         if (before.world_size, before.global_batch_size) != (plan.world_size,
                                                              plan.global_batch_size):  # fmt: skip
             tags["resume.layout_change"] = (
@@ -429,8 +475,8 @@ class LaunchedRun:
             outputs_logged=delivery.outputs_logged, stalled=stalled, prefix=prefix,
             run_name=self.cfg.tracking.run_name or self.default_run_name(),
             parent_run_id=self.exp.parent_run_id, reason=describe(error),
-            tags=start_tags(self.plan, run_dir, list(self.exp.overrides),
-                            dict(self.exp.choices)) if never_opened else None,
+            tags=start_tags(self.plan, run_dir, list(self.exp.overrides), dict(self.exp.choices),
+                            problem_hash(self.cfg)) if never_opened else None,
         )  # fmt: skip
         self.pending.save(run_dir)
 

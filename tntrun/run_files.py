@@ -24,6 +24,10 @@ RANKS_LOG = "ranks.log"  # the launcher's combined output
 RESTARTS = "restarts"  # folder: attempt-<N>/ with the logs and traceback of each restarted failure
 CHECKPOINTS = "checkpoints"  # folder: epoch-NNNN checkpoints, and best/ (checkpoint.monitor)
 NONFINITE = "nonfinite.jsonl"  # rank 0: one line per non-finite loss (failure or rollback)
+# Preemption: the driver asks the ranks to stop (it got SIGTERM or train.preempt_signals);
+# rank 0 records where they stopped together and the checkpoint written there.
+STOP_REQUEST = "stop.request"
+PREEMPTED = "preempted.json"
 # Outputs.
 FINAL_WEIGHTS = "final_weights.npz"
 FINAL_MODEL = "model.keras"

@@ -163,6 +163,12 @@ class TrainConfig:
     # After a rank failure (an exception, a dead or stalled rank), restart the ranks from the
     # run's newest checkpoint, in the same tracked run, up to this many times; then FAILED.
     max_restarts: int = 0
+    # Preemption: on these signals (Slurm's SIGTERM; `sbatch --signal=B:USR1@60` before a time
+    # limit) the ranks stop together at one step, checkpoint there and exit; the run ends
+    # KILLED, tagged `preempted`, and continues with resume=auto or a requeued Slurm job.
+    preempt_signals: list[str] = field(default_factory=lambda: ["SIGTERM", "SIGUSR1"])
+    # How long the driver waits for that checkpoint before it stops the ranks (s).
+    preempt_grace_s: float = 60.0
     # Keras dtype policy: float32, or mixed_bfloat16 / mixed_float16 (16-bit compute,
     # float32 weights and outputs; mixed_float16 adds dynamic loss scaling).
     precision: Precision = Precision.float32

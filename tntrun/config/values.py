@@ -8,6 +8,7 @@ its own layout and batch checks, before any rank starts.
 from __future__ import annotations
 
 import math
+import signal
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -20,6 +21,16 @@ def _positive_finite(value: Any) -> bool:
 
 def _at_least(low: float) -> Callable[[Any], bool]:
     return lambda value: value is None or value >= low
+
+
+def _signal_names(value: Any) -> bool:
+    from tntrun.launch.stop_signals import signal_number
+
+    try:
+        numbers = [signal_number(name) for name in value]
+    except (TypeError, ValueError):
+        return False
+    return not {signal.SIGINT, signal.SIGKILL, signal.SIGSTOP} & set(numbers)
 
 
 # (dotted key, accepts the value, what to give instead)
@@ -40,6 +51,8 @@ RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("train.rollback_lr_factor", lambda v: 0 < v <= 1, "choose a factor in (0, 1]"),
     ("train.max_rollbacks", _at_least(0), "use 0 or more rollbacks"),
     ("train.max_restarts", _at_least(0), "use 0 (no restarts) or more"),
+    ("train.preempt_signals", _signal_names, "name signals, e.g. [SIGTERM,SIGUSR1], or []"),
+    ("train.preempt_grace_s", lambda v: v > 0, "give the ranks a positive time to checkpoint"),
     ("tracking.log_every_steps", _at_least(0), "use 0 (per epoch only) or more"),
     ("tracking.system_metrics_interval_s", lambda v: v > 0, "give a positive interval"),
 )  # fmt: skip

@@ -282,14 +282,17 @@ class Heartbeat(keras.callbacks.Callback):
         super().__init__()
         self._supports_tf_logs = True  # never reads logs: no per-step conversion
         directory.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(directory / f"rank.{rank}", os.O_WRONLY | os.O_CREAT, 0o644)
+        self._path = directory / f"rank.{rank}"
+        self._fd = -1
         self._step = 0
 
     def _beat(self, phase: str) -> None:
         # One pwrite of a fixed-size record: cheap enough for every step.
         os.pwrite(self._fd, f"{self._step} {phase}".ljust(self.RECORD).encode(), 0)
 
-    def on_train_begin(self, logs=None):
+    def on_train_begin(self, logs=None):  # each fit (a resumed epoch's remainder is one)
+        if self._fd < 0:
+            self._fd = os.open(self._path, os.O_WRONLY | os.O_CREAT, 0o644)
         self._step = int(self.model.optimizer.iterations.numpy())
 
     def on_train_batch_begin(self, batch, logs=None):
@@ -304,6 +307,7 @@ class Heartbeat(keras.callbacks.Callback):
 
     def on_train_end(self, logs=None):
         os.close(self._fd)
+        self._fd = -1
 
 
 class EpochMetricsLogger(keras.callbacks.Callback):

@@ -2,9 +2,9 @@
 NaN or infinite, and the trainer fails the run or rolls back to the last good state.
 
 The rank-averaged loss is allreduced inside the training step, in the same
-Horovod cycle as the gradients (one more scalar in the fused buffer), so every
+Horovod cycle as the gradients (:mod:`tntrun.engine.step_agreement`), so every
 rank reads the same value after the step and decides alike, without an extra
-round of communication. Reading it costs one scalar per step.
+round of communication. Reading it costs one small read per step.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import Any
 
 import horovod.tensorflow as hvd
 import numpy as np
-import tensorflow as tf
 import tf_keras as keras
 
 from tntrun import run_files
+from tntrun.engine.step_agreement import StepAgreement
 
 
 class NonFiniteLoss(RuntimeError):
@@ -31,54 +31,22 @@ class NonFiniteLoss(RuntimeError):
         super().__init__(f"loss became {loss} at epoch {epoch}, step {step}")
 
 
-def watch_averaged_loss(optimizer: Any) -> tf.Variable:
-    """Make ``optimizer`` (Horovod's DistributedOptimizer) also average the loss it is given.
-
-    The loss is allreduced once this rank's gradients exist, i.e. when Horovod
-    enqueues their allreduce, so it joins their cycle and fusion buffer instead
-    of costing a cycle of its own. Returns the variable holding the last step's
-    rank-averaged loss.
-    """
-    averaged = tf.Variable(0.0, trainable=False, dtype=tf.float32, name="tntrun_averaged_loss")
-    tracing: dict[str, Any] = {}  # the loss of the step being traced
-    compute_gradients, allreduce = optimizer.compute_gradients, optimizer._allreduce
-
-    def compute_gradients_noting_loss(loss, var_list, tape=None):
-        tracing["loss"] = loss
-        try:
-            return compute_gradients(loss, var_list, tape=tape)
-        finally:
-            tracing.clear()
-
-    def allreduce_with_loss(grads, variables):
-        loss = tracing.get("loss")
-        if loss is not None:
-            with tf.control_dependencies([g for g in grads if g is not None]):
-                mean = hvd.allreduce(tf.cast(loss, tf.float32), op=hvd.Average, name="tntrun.loss")
-            averaged.assign(mean)
-        return allreduce(grads, variables)
-
-    optimizer.compute_gradients = compute_gradients_noting_loss
-    optimizer._allreduce = allreduce_with_loss
-    return averaged
-
-
 class NonFiniteGuard(keras.callbacks.Callback):
     """After every training step: raise :class:`NonFiniteLoss` when the averaged loss is
     not finite. Every rank reads the same value, so all raise at the same step, before
     any epoch-end work (no checkpoint is written from the bad state)."""
 
-    def __init__(self, averaged_loss: tf.Variable) -> None:
+    def __init__(self, agreement: StepAgreement) -> None:
         super().__init__()
         self._supports_tf_logs = True  # reads one variable, not the logs
-        self.averaged_loss = averaged_loss
+        self.agreement = agreement
         self._epoch = 0
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
 
     def on_train_batch_end(self, batch, logs=None):
-        loss = float(self.averaged_loss.numpy())
+        loss, _ = self.agreement.read()
         if not math.isfinite(loss):
             step = int(self.model.optimizer.iterations.numpy()) - 1  # the step that computed it
             raise NonFiniteLoss(loss, self._epoch + 1, step)
@@ -106,8 +74,9 @@ class Snapshot:
 
 
 def roll_back(model: Any, optimizer: Any, plan: Any, run_dir: Path,
-              snapshot: Snapshot | None) -> tuple[int, str]:  # fmt: skip
-    """Every rank: return to the last good state; (epoch to continue from, what was restored).
+              snapshot: Snapshot | None) -> tuple[int, int, str]:  # fmt: skip
+    """Every rank: return to the last good state; (epoch and batch to continue from, what
+    was restored).
 
     Rank 0 picks the newest checkpoint of this run (else the one it resumed from)
     and restores it; without one every rank restores the snapshot taken before
@@ -115,12 +84,13 @@ def roll_back(model: Any, optimizer: Any, plan: Any, run_dir: Path,
     """
     from tntrun.planning.checkpoints import STATE_PREFIX, latest_checkpoint, read_meta
 
-    choice: tuple[str | None, int] = (None, plan.initial_epoch)
+    choice: tuple[str | None, int, int] = (None, plan.initial_epoch, plan.initial_batch)
     if hvd.rank() == 0:
         found = latest_checkpoint(run_dir) or (Path(plan.resume_from) if plan.resume_from else None)
         if found is not None:
-            choice = (str(found), read_meta(found).epoch)
-    source, epoch = hvd.broadcast_object(choice, root_rank=0, name="tntrun.rollback")
+            meta = read_meta(found)
+            choice = (str(found), meta.epoch, meta.batch)
+    source, epoch, batch = hvd.broadcast_object(choice, root_rank=0, name="tntrun.rollback")
     if source is None:
         snapshot.restore()
     elif hvd.rank() == 0:
@@ -128,4 +98,4 @@ def roll_back(model: Any, optimizer: Any, plan: Any, run_dir: Path,
 
         read_checkpoint(model, optimizer, str(Path(source) / STATE_PREFIX))
     hvd.broadcast_variables(model.variables + list(optimizer.variables), root_rank=0)
-    return epoch, source or "the state before the first step"
+    return epoch, batch, source or "the state before the first step"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +22,11 @@ from tntrun.engine.data import distribute_eval, distribute_train, shard_size
 from tntrun.engine.distributed_optimizer import distributed_optimizer
 from tntrun.engine.lr_schedule import PlannedSchedule
 from tntrun.engine.mfu import model_flop_utilisation
-from tntrun.engine.nonfinite import NonFiniteGuard, NonFiniteLoss, Snapshot, watch_averaged_loss
+from tntrun.engine.nonfinite import NonFiniteGuard, NonFiniteLoss, Snapshot
 from tntrun.engine.optimizers import build_optimizer
+from tntrun.engine.preemption import Preempted, PreemptionGuard, checkpoint_and_record
+from tntrun.engine.step_agreement import agree_after_each_step
+from tntrun.engine.stop_requests import StopRequests
 from tntrun.engine.tasks import compile_spec
 from tntrun.planning.checkpoints import STATE_PREFIX, CheckpointMeta, config_hash
 from tntrun.planning.plan import Plan
@@ -114,8 +119,13 @@ def save_clean_model(model, cfg, info, path: Path) -> None:
     clean.save(path)
 
 
-def train(cfg: Any, plan: Plan, run_dir: Path) -> dict[str, float]:
-    """Train as one rank of ``plan``; return the final averaged metrics (same on all ranks)."""
+def train(cfg: Any, plan: Plan, run_dir: Path,
+          requests: StopRequests | None = None) -> dict[str, float]:  # fmt: skip
+    """Train as one rank of ``plan``; return the final averaged metrics (same on all ranks).
+
+    Raises :class:`Preempted` on every rank, after the checkpoint of the step they agreed
+    on, once any rank was asked to stop (``requests``).
+    """
     rank, size = hvd.rank(), hvd.size()
     if size != plan.world_size:
         raise RuntimeError(f"launched {size} ranks but the plan expects {plan.world_size}")
@@ -131,7 +141,7 @@ def train(cfg: Any, plan: Plan, run_dir: Path) -> dict[str, float]:
         backward_passes_per_step=plan.backward_passes_per_step,
         average_aggregated_gradients=True,
     ), plan.precision)  # fmt: skip
-    averaged_loss = watch_averaged_loss(optimizer)  # for the non-finite guard
+    agreement = agree_after_each_step(optimizer)  # for the non-finite and preemption guards
     model.compile(optimizer=optimizer,
                   **compile_spec(info.task, float(cfg.train.label_smoothing)))  # fmt: skip
     if plan.jit_compile:
@@ -144,7 +154,7 @@ def train(cfg: Any, plan: Plan, run_dir: Path) -> dict[str, float]:
     sync_guard = cb.WeightSyncGuard(int(cfg.train.check_sync_every_epochs))
     callbacks: list[keras.callbacks.Callback] = [
         throughput,  # first: its epoch time leaves out the others' per-epoch work
-        NonFiniteGuard(averaged_loss),  # before any other callback sees a bad step
+        NonFiniteGuard(agreement),  # before any other callback sees a bad step
         sync_guard,
         cb.LearningRateLogger(),
         cb.AverageTrainMetrics(plan.steps_per_epoch * plan.micro_batch_size),
@@ -171,8 +181,16 @@ def train(cfg: Any, plan: Plan, run_dir: Path) -> dict[str, float]:
     def stream(first_epoch: int):
         return input_pipelines(cfg, plan, dataset, info, rank, size, first_epoch)[0]
 
-    history = fit_with_rollbacks(model, optimizer, cfg, plan, run_dir, train_ds, stream,
-                                 callbacks, metrics_log)  # fmt: skip
+    requests = requests or StopRequests([], run_dir)
+    preemption = PreemptionGuard(requests, agreement, plan.steps_per_epoch, plan.epochs)
+    callbacks.insert(2, preemption)  # after the non-finite guard: a bad step is not saved
+    try:
+        history = fit_with_rollbacks(model, optimizer, cfg, plan, run_dir, train_ds, stream,
+                                     callbacks, metrics_log, preemption)  # fmt: skip
+    except Preempted as stop:
+        meta = replace(checkpoint_meta(cfg, plan)(stop.epoch, stop.step), batch=stop.batch)
+        checkpoint_and_record(model, stop, meta, run_dir, int(cfg.checkpoint.keep))
+        raise
     final = {k: float(v[-1]) for k, v in history.history.items()}
     # All ranks: they measure the matmul peak together; rank 0 gets the metrics.
     utilisation = model_flop_utilisation(model, info, plan, throughput.steady_state())
@@ -188,24 +206,24 @@ def train(cfg: Any, plan: Plan, run_dir: Path) -> dict[str, float]:
 
 
 def fit_with_rollbacks(model, optimizer, cfg, plan: Plan, run_dir: Path, train_ds,
-                       stream, callbacks, metrics_log):  # fmt: skip
-    """``model.fit``; after a non-finite loss, fail (train.on_nonfinite=fail) or roll back to
-    the last good state with a lower LR, up to train.max_rollbacks times."""
+                       stream, callbacks, metrics_log, preemption: PreemptionGuard):  # fmt: skip
+    """``model.fit`` from the plan's epoch and batch; after a non-finite loss, fail
+    (train.on_nonfinite=fail) or roll back to the last good state with a lower LR, up to
+    train.max_rollbacks times."""
     rollback = str(cfg.train.on_nonfinite) == "rollback"
     snapshot = Snapshot(model, optimizer) if rollback else None  # the state before step 1
-    first_epoch, rollbacks = plan.initial_epoch, 0
+    epoch, batch, rollbacks = plan.initial_epoch, plan.initial_batch, 0
     while True:
         try:
-            return model.fit(train_ds, epochs=plan.epochs, initial_epoch=first_epoch,
-                             steps_per_epoch=plan.steps_per_epoch, callbacks=callbacks,
-                             verbose=0)  # fmt: skip
+            return fit_from(model, plan, epoch, batch, train_ds, stream, callbacks, preemption)
         except NonFiniteLoss as event:
             if not rollback or rollbacks >= int(cfg.train.max_rollbacks):
                 if metrics_log is not None:
                     nonfinite.record(run_dir, event, "fail", rollbacks=rollbacks)
                 raise
             rollbacks += 1
-            first_epoch, restored = nonfinite.roll_back(model, optimizer, plan, run_dir, snapshot)
+            epoch, batch, restored = nonfinite.roll_back(model, optimizer, plan, run_dir,
+                                                         snapshot)  # fmt: skip
             # The PlannedSchedule (tf_keras keeps it there; a loss scale optimizer's inner one).
             schedule = getattr(optimizer, "inner_optimizer", optimizer)._learning_rate
             schedule.scale.assign(schedule.scale * float(cfg.train.rollback_lr_factor))
@@ -215,8 +233,26 @@ def fit_with_rollbacks(model, optimizer, cfg, plan: Plan, run_dir: Path, train_d
                                  restored=restored, lr_scale=lr_scale)  # fmt: skip
                 metrics_log.log({"rollbacks": rollbacks}, step=event.step)
                 print(f"{event}: rollback {rollbacks}/{cfg.train.max_rollbacks} to {restored} "
-                      f"(epoch {first_epoch}), LR x{lr_scale:g}", flush=True)  # fmt: skip
-            train_ds = stream(first_epoch)
+                      f"(epoch {epoch}), LR x{lr_scale:g}", flush=True)  # fmt: skip
+            train_ds = stream(epoch)
+
+
+def fit_from(model, plan: Plan, epoch: int, batch: int, train_ds, stream, callbacks,
+             preemption: PreemptionGuard):  # fmt: skip
+    """Train epochs ``epoch``.. of the plan, the first from its ``batch``-th batch (a
+    preempted run's checkpoint is mid-epoch): that epoch alone first, then the rest."""
+    spe, history = plan.steps_per_epoch, None
+    if batch:
+        preemption.start_at_batch(batch)
+        history = model.fit(train_ds.skip(batch), epochs=epoch + 1, initial_epoch=epoch,
+                            steps_per_epoch=spe - batch, callbacks=callbacks,
+                            verbose=0)  # fmt: skip
+        epoch += 1
+        train_ds = stream(epoch) if epoch < plan.epochs else None
+    if epoch < plan.epochs:
+        history = model.fit(train_ds, epochs=plan.epochs, initial_epoch=epoch,
+                            steps_per_epoch=spe, callbacks=callbacks, verbose=0)  # fmt: skip
+    return history
 
 
 def predict_scaling(model, cfg, plan: Plan, task: str, throughput, run_dir: Path,
@@ -230,25 +266,30 @@ def predict_scaling(model, cfg, plan: Plan, task: str, throughput, run_dir: Path
         scaling_profile.report(profile, run_dir, metrics_log.log, plan.epochs - 1)
 
 
+def checkpoint_meta(cfg: Any, plan: Plan) -> Callable[[int, int], CheckpointMeta]:
+    """(epochs completed, training step) -> the metadata of a checkpoint of this run."""
+    problem = config_hash(OmegaConf.to_container(cfg, resolve=True))
+
+    def describe(epoch: int, step: int) -> CheckpointMeta:
+        return CheckpointMeta(epoch, step, plan.world_size, plan.global_batch_size, problem)
+
+    return describe
+
+
 def master_callbacks(
     cfg: Any, plan: Plan, run_dir: Path, metrics_log: Any, save_model: Any
 ) -> list[keras.callbacks.Callback]:
     """Logging, progress, checkpoints and TensorBoard: the master rank's callbacks."""
-    resolved = OmegaConf.to_container(cfg, resolve=True)
 
     def log_epoch(metrics: dict[str, float], epoch: int) -> None:
         metrics_log.log(metrics, step=epoch)
         print(_progress_line(metrics, epoch, plan.epochs), flush=True)
 
-    def describe(epoch: int, step: int) -> CheckpointMeta:
-        return CheckpointMeta(epoch, step, plan.world_size, plan.global_batch_size,
-                              config_hash(resolved))  # fmt: skip
-
     chosen: list[keras.callbacks.Callback] = [cb.EpochMetricsLogger(log_epoch)]
     ckpt = cfg.checkpoint
     if ckpt.every_epochs > 0 or ckpt.monitor:
         chosen.append(cb.Checkpointer(
-            run_dir, int(ckpt.every_epochs), int(ckpt.keep), describe,
+            run_dir, int(ckpt.every_epochs), int(ckpt.keep), checkpoint_meta(cfg, plan),
             min_interval_s=float(ckpt.min_interval_s), monitor=ckpt.monitor,
             mode=str(ckpt.mode), save_model=save_model,
         ))  # fmt: skip

@@ -28,6 +28,14 @@ def pin_to_socket(plan, argv: list[str]) -> None:
     os.execvp("numactl", [*numactl, sys.executable, "-m", "tntrun.engine.worker", *argv[1:]])
 
 
+def stop_requests(signals: list[str], run_dir: Path):
+    """Preemption requests (signals, the driver's file), noted from now on; the ranks stop
+    together once training runs (tntrun.engine.preemption)."""
+    from tntrun.engine.stop_requests import StopRequests
+
+    return StopRequests(signals, run_dir)
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: python -m tntrun.engine.worker <run_dir>", file=sys.stderr)
@@ -38,6 +46,9 @@ def main(argv: list[str]) -> int:
     watch_driver(run_dir)  # ends this rank within seconds of its driver (even a SIGKILLed one)
     from omegaconf import OmegaConf
 
+    cfg = OmegaConf.load(run_dir / run_files.CONFIG)
+    requests = stop_requests(list(cfg.train.preempt_signals), run_dir)  # before TF's import
+
     from tntrun.config.user_code import add_user_path
     from tntrun.launch import launcher_for
     from tntrun.launch.rank_logs import RANK_DONE
@@ -45,7 +56,6 @@ def main(argv: list[str]) -> int:
 
     # User modules (model._target_=mymodels.build) import from the driver's working directory.
     add_user_path(os.environ.get(run_files.ENV_USER_PATH))
-    cfg = OmegaConf.load(run_dir / run_files.CONFIG)
     plan = Plan.load(run_dir / run_files.PLAN)
     os.environ.update(launcher_for(plan.launcher).rank_setup(plan, os.environ))
     if plan.pin_to_socket and not os.environ.get(run_files.ENV_PINNED):
@@ -61,15 +71,19 @@ def main(argv: list[str]) -> int:
         return EXIT_CONFIG_ERROR
     runtime.check_rank_api()
     from tntrun.engine.nonfinite import NonFiniteLoss
+    from tntrun.engine.preemption import Preempted
     from tntrun.engine.trainer import train
 
     rank = runtime.hvd.rank()
     try:
-        final = train(cfg, plan, run_dir)
+        final = train(cfg, plan, run_dir, requests)
     except NonFiniteLoss as stopped:  # every rank stops here at the same step
         print(f"rank {rank}: stopped: {stopped} (train.on_nonfinite={cfg.train.on_nonfinite})",
               flush=True)  # fmt: skip
         return EXIT_NONFINITE
+    except Preempted as stopped:  # every rank, once rank 0's checkpoint of the step is written
+        print(f"rank {rank}: preempted: {stopped}", flush=True)
+        return 0  # not a failure: no launcher may kill a peer for it
     if "mlflow" in sys.modules:  # its import alone would delay the first step by seconds
         raise RuntimeError(f"rank {rank} imported mlflow: only the driver opens the store")
     if rank == 0:

@@ -4,7 +4,9 @@ Only paths and JSON here (no TensorFlow), so the driver can find and vet a
 checkpoint before it starts ranks. A checkpoint is a folder
 ``<run_dir>/checkpoints/epoch-0003/`` holding TensorFlow's checkpoint files
 (model and optimizer state) and ``meta.json``; it appears under that name only
-once complete, because it is written under a temporary name and renamed.
+once complete, because it is written under a temporary name and renamed. A
+preempted run stops inside an epoch: ``epoch-0003.batch-00017`` holds the state
+after 3 epochs and 17 batches of the 4th (names sort in training order).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class CheckpointMeta:
     world_size: int
     global_batch_size: int
     config_hash: str
+    batch: int = 0  # batches trained of epoch ``epoch`` (a preempted run's mid-epoch state)
 
 
 def config_hash(config: Mapping[str, Any]) -> str:
@@ -44,8 +47,9 @@ def config_hash(config: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(stable, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def checkpoint_dir(run_dir: Path, epoch: int) -> Path:
-    return run_dir / CHECKPOINTS / f"epoch-{epoch:04d}"
+def checkpoint_dir(run_dir: Path, epoch: int, batch: int = 0) -> Path:
+    within = f".batch-{batch:05d}" if batch else ""
+    return run_dir / CHECKPOINTS / f"epoch-{epoch:04d}{within}"
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:
@@ -90,7 +94,7 @@ def publish(
 
     ``write_state`` receives the file prefix to write TensorFlow's state to.
     """
-    final = _write_atomically(checkpoint_dir(run_dir, meta.epoch), meta, write_state)
+    final = _write_atomically(checkpoint_dir(run_dir, meta.epoch, meta.batch), meta, write_state)
     for old in list_checkpoints(run_dir)[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
     return final

@@ -74,6 +74,7 @@ class Plan:
     resume_from: str | None = None
     initial_epoch: int = 0
     initial_step: int = 0
+    initial_batch: int = 0  # batches of initial_epoch trained before (a preempted run's)
     precision: str = "float32"  # train.precision: the ranks' Keras dtype policy
     jit_compile: bool = False  # train.jit_compile: forward and backward pass compiled by XLA
 
@@ -338,9 +339,9 @@ def build_plan(
         epochs=schedule_epochs, length_key=length_key,
     )  # fmt: skip
 
-    initial_epoch, initial_step = 0, 0
+    initial_epoch, initial_step, initial_batch = 0, 0, 0
     if resume is not None:
-        initial_epoch, initial_step = resume_position(
+        initial_epoch, initial_step, initial_batch = resume_position(
             resume, world=world, global_batch=global_batch, updates_per_epoch=steps,
             epochs=epochs,
         )  # fmt: skip
@@ -381,6 +382,7 @@ def build_plan(
         resume_from=None if resume is None else resume.checkpoint,
         initial_epoch=initial_epoch,
         initial_step=initial_step,
+        initial_batch=initial_batch,
         precision=str(cfg["train"].get("precision", "float32")),
         jit_compile=bool(cfg["train"].get("jit_compile", False)),
     )

@@ -6,7 +6,7 @@ finds the run directory, rebuilds its config and picks its newest checkpoint.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +18,7 @@ from tntrun.errors import PlanError
 from tntrun.planning.checkpoints import CheckpointMeta, latest_checkpoint, read_meta
 
 RESUME_KEYS = ("resume", "resume_allow_layout_change")
+AUTO = "auto"  # resume=auto: the newest unfinished run of the same config
 # A tracked run's id -> the run directory recorded on it; raises LookupError for no such run.
 RunDirLookup = Callable[[str], "str | None"]
 
@@ -33,8 +34,9 @@ class ResumePoint:
 
 def resume_position(
     resume: ResumePoint, *, world: int, global_batch: int, updates_per_epoch: float, epochs: int
-) -> tuple[int, int]:
-    """(epoch, training step) to continue from, after checking the layout still fits."""
+) -> tuple[int, int, int]:
+    """(epoch, training step, batch within that epoch) to continue from, after checking the
+    layout still fits. A new layout continues at the start of the checkpoint's epoch."""
     meta = resume.meta
     if meta.epoch >= epochs:
         raise PlanError(
@@ -42,14 +44,14 @@ def resume_position(
             f"train.epochs={epochs}: raise train.epochs to train further"
         )
     if (meta.world_size, meta.global_batch_size) == (world, global_batch):
-        return meta.epoch, meta.step
+        return meta.epoch, meta.step, meta.batch
     if not resume.allow_layout_change:
         raise PlanError(
             f"resume: the checkpoint was trained on {meta.world_size} ranks with global batch "
             f"{meta.global_batch_size}, this run has {world} ranks and global batch "
             f"{global_batch}: keep the layout or set resume_allow_layout_change=true"
         )
-    return meta.epoch, round(meta.epoch * updates_per_epoch)
+    return meta.epoch, round(meta.epoch * updates_per_epoch), 0
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class ResumedRun:
     mlflow_run_id: str
     config: DictConfig
     point: ResumePoint
+    how: str = ""  # how the run was chosen (resume=..., a requeued Slurm job)
 
 
 def find_run_dir(reference: str, lookup: RunDirLookup, store: str) -> Path:
@@ -77,10 +80,12 @@ def find_run_dir(reference: str, lookup: RunDirLookup, store: str) -> Path:
     return Path(recorded)
 
 
-def merge_overrides(base: DictConfig, overrides: Iterable[str], groups: Iterable[str]) -> None:
+def merge_overrides(base: DictConfig, overrides: Iterable[str], groups: Iterable[str],
+                    kept: Mapping[str, str] | None = None) -> None:  # fmt: skip
     """Apply the command line's ``key=value`` overrides to a stored config, in place.
 
-    Group choices (``model=...``) cannot change a run being resumed.
+    Group choices (``model=...``) cannot change a run being resumed; repeating the
+    run's own choice (``kept``: a requeued job's command line) is fine.
     """
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
@@ -89,6 +94,8 @@ def merge_overrides(base: DictConfig, overrides: Iterable[str], groups: Iterable
     for override in parser.parse_overrides(list(overrides)):
         key = override.key_or_group
         if key in RESUME_KEYS or key.startswith("hydra."):
+            continue
+        if key in groups and (kept or {}).get(key) == str(override.value()):
             continue
         if key in groups:
             raise PlanError(
@@ -102,7 +109,7 @@ def merge_overrides(base: DictConfig, overrides: Iterable[str], groups: Iterable
 
 def load_resumed_run(
     reference: str, lookup: RunDirLookup, store: str, overrides: Iterable[str],
-    groups: Iterable[str], allow_layout_change: bool,
+    groups: Iterable[str], allow_layout_change: bool, how: str = "",
 ) -> ResumedRun:  # fmt: skip
     """Everything the driver needs to continue the referenced run."""
     run_dir = find_run_dir(reference, lookup, store)
@@ -120,7 +127,7 @@ def load_resumed_run(
     config = OmegaConf.merge(
         OmegaConf.structured(TntrunConfig), OmegaConf.load(run_dir / run_files.CONFIG)
     )
-    merge_overrides(config, overrides, groups)
+    merge_overrides(config, overrides, groups, recorded_choices(run_dir))
     config.resume = reference
     config.resume_allow_layout_change = allow_layout_change
     return ResumedRun(
@@ -128,4 +135,22 @@ def load_resumed_run(
         mlflow_run_id=run_id_file.read_text().strip(),
         config=config,
         point=ResumePoint(str(checkpoint), read_meta(checkpoint), allow_layout_change),
+        how=how or f"resume={reference}",
     )
+
+
+def recorded_choices(run_dir: Path) -> dict[str, str]:
+    """The group choices a run was composed with (Hydra's record in ``.hydra``)."""
+    record = run_dir / run_files.HYDRA / "hydra.yaml"
+    if not record.is_file():
+        return {}
+    choices = OmegaConf.load(record).hydra.runtime.get("choices") or {}
+    return {str(group): str(option) for group, option in choices.items()}
+
+
+def first_resumable(candidates: Iterable[tuple[str, str | None]]) -> str | None:
+    """The first (run id, run directory) whose directory holds a checkpoint: its run id."""
+    for run_id, run_dir in candidates:
+        if run_dir and latest_checkpoint(Path(run_dir)) is not None:
+            return run_id
+    return None

@@ -35,7 +35,13 @@ class Tracker(Protocol):
               parent_run_id: str | None = None) -> str: ...  # fmt: skip
 
     def reopen(self, run_id: str, tags: Mapping[str, str]) -> str:
-        """Mark an existing run RUNNING again (a resumed run continues in it)."""
+        """Mark an existing run RUNNING again (a resumed run continues in it), without the
+        tags that said how it ended (``driver_lost``, ``preempted``)."""
+        ...
+
+    def unfinished_runs(self, tags: Mapping[str, str]) -> list[tuple[str, str | None]]:
+        """(run id, run directory) of the runs with ``tags`` that ended KILLED or FAILED,
+        newest first (``resume=auto``, a requeued Slurm job)."""
         ...
 
     def attach(self, run_id: str) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 from tntrun.tracking import MetricPoint
 from tntrun.tracking.lost_runs import DRIVER_LOST_TAG, end_lost_runs
 from tntrun.tracking.outage import bound_http_retries
+from tntrun.tracking.run_record import PREEMPTED_TAG
 from tntrun.tracking.runs_table import DatasetRecord
 from tntrun.tracking.store import store_lock, store_problems, tracking_uri
 
@@ -117,12 +118,24 @@ class MlflowTracker:
     def reopen(self, run_id: str, tags: Mapping[str, str]) -> str:
         end_lost_runs(self.client)
         self.attach(run_id)
-        if DRIVER_LOST_TAG in self.client.get_run(run_id).data.tags:  # it lives again
-            self.client.delete_tag(run_id, DRIVER_LOST_TAG)
+        before = self.client.get_run(run_id).data.tags
+        for ended in (DRIVER_LOST_TAG, PREEMPTED_TAG):  # it lives again
+            if ended in before:
+                self.client.delete_tag(run_id, ended)
         self.client.update_run(run_id, status="RUNNING")
         for key, value in tags.items():
             self.client.set_tag(run_id, key, value)
         return run_id
+
+    def unfinished_runs(self, tags: Mapping[str, str]) -> list[tuple[str, str | None]]:
+        """(run id, run directory) of the experiment's KILLED and FAILED runs with ``tags``,
+        newest first; runs whose driver is gone are ended first."""
+        end_lost_runs(self.client)
+        where = " and ".join(f"tags.{key} = '{value}'" for key, value in tags.items())
+        runs = self.client.search_runs([self.experiment_id], filter_string=where,
+                                       order_by=["attributes.start_time DESC"])  # fmt: skip
+        return [(run.info.run_id, run.data.tags.get("run_dir")) for run in runs
+                if run.info.status in ("KILLED", "FAILED")]  # fmt: skip
 
     def children(self) -> list[Any]:
         """The runs nested under this one."""

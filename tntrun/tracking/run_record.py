@@ -8,17 +8,21 @@ from pathlib import Path
 
 from tntrun import run_files
 from tntrun.launch.driver_alive import driver_tags
+from tntrun.launch.preemption import slurm_tags
 from tntrun.launch.rank_logs import find_failure
 from tntrun.planning.checkpoints import best_checkpoint, latest_checkpoint
 from tntrun.planning.plan import Plan
 from tntrun.tracking import Tracker
 from tntrun.tracking.provenance import git_tags, horovod_build, source_tags, versions
 
+PREEMPTED_TAG = "preempted"
+
 
 def start_tags(
-    plan: Plan, run_dir: Path, overrides: list[str], choices: Mapping[str, str]
+    plan: Plan, run_dir: Path, overrides: list[str], choices: Mapping[str, str], problem: str
 ) -> dict[str, str]:
-    """Tags known before launch: code, versions, layout, how it was started."""
+    """Tags known before launch: code, versions, layout, how it was started, and the hash
+    of the training problem (``problem``: ``resume=auto`` finds unfinished runs by it)."""
     return {
         **git_tags(Path.cwd()),
         **source_tags(),  # mlflow.source.name/type, mlflow.user, command
@@ -27,8 +31,10 @@ def start_tags(
         "world_size": str(plan.world_size),
         "hosts": ",".join(f"{host}:{slots}" for host, slots in plan.hosts),
         **driver_tags(),  # host, pid, start time: a later command tells if it is gone
+        **slurm_tags(),  # a requeued job finds its run by it
         "launch_command": " ".join(plan.launch_command),
         "run_dir": str(run_dir),
+        "config_hash": problem,
         "hydra.overrides": " ".join(overrides),
         **{f"choice.{group}": str(option) for group, option in choices.items()},
     }
@@ -57,7 +63,7 @@ def record_outputs(
         tracker.log_artifact(folder, path("best"))
         tracker.set_tag("best.epoch", str(found["epoch"]))
         tracker.set_tag(f"best.{found['monitor']}", f"{found['value']:.6g}")
-    for key, value in nonfinite_tags(run_dir).items():
+    for key, value in {**nonfinite_tags(run_dir), **preemption_tags(run_dir)}.items():
         tracker.set_tag(key, value)
     if stalled:
         tracker.set_tag("failure.stalled", stalled)
@@ -89,3 +95,15 @@ def nonfinite_tags(run_dir: Path) -> dict[str, str]:
     rollbacks = sum(event["action"] == "rollback" for event in events)
     tags["rollbacks"] = str(rollbacks)
     return tags
+
+
+def preemption_tags(run_dir: Path) -> dict[str, str]:
+    """The ``preempted`` tag from rank 0's record: why and where the ranks stopped."""
+    path = run_dir / run_files.PREEMPTED
+    if not path.is_file():
+        return {}
+    record = json.loads(path.read_text())
+    return {PREEMPTED_TAG: (
+        f"{record['why']}: stopped after step {record['step']} (epoch {record['epoch'] + 1}, "
+        f"batch {record['batch']}); checkpoint {record['checkpoint']}"
+    )}  # fmt: skip

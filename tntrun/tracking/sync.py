@@ -122,9 +122,11 @@ def rebuilt_tags(run_dir: Path) -> dict[str, str]:
     """Start tags for a run created by sync without the driver's record of them."""
     from omegaconf import OmegaConf
 
+    from tntrun.planning.checkpoints import config_hash
     from tntrun.planning.plan import Plan
     from tntrun.tracking.run_record import start_tags
 
     overrides_file = run_dir / run_files.HYDRA / "overrides.yaml"
     overrides = list(OmegaConf.load(overrides_file)) if overrides_file.is_file() else []
-    return start_tags(Plan.load(run_dir / run_files.PLAN), run_dir, overrides, {})
+    problem = config_hash(OmegaConf.to_container(OmegaConf.load(run_dir / run_files.CONFIG)))
+    return start_tags(Plan.load(run_dir / run_files.PLAN), run_dir, overrides, {}, problem)

@@ -1,0 +1,93 @@
+"""Preemption on the ranks: stop together at one step, checkpoint there, exit cleanly.
+
+A request to stop reaches a rank as a signal (Slurm's SIGTERM to every task, or
+``train.preempt_signals``) or as the driver's ``stop.request`` file (the driver
+got the signal: ``sbatch --signal=B:USR1@60`` signals the batch step only, a
+``kill`` reaches only the driver). The rank notes it; the next training step
+carries it in the gradients' allreduce (:mod:`tntrun.engine.step_agreement`),
+so all ranks learn after the same step that one of them was asked and raise
+:class:`Preempted` there. Rank 0 writes a checkpoint of that step (mid-epoch:
+``epoch-0003.batch-00017``) and ``preempted.json``; every rank waits for it and
+exits 0, so no launcher kills a peer that is still writing.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import horovod.tensorflow as hvd
+import tf_keras as keras
+
+from tntrun import run_files
+from tntrun.engine.step_agreement import StepAgreement
+from tntrun.engine.stop_requests import StopRequests
+from tntrun.planning.checkpoints import CheckpointMeta, publish
+
+
+class Preempted(Exception):
+    """The ranks agreed to stop after ``batch`` batches of epoch ``epoch`` (0-based)."""
+
+    def __init__(self, epoch: int, batch: int, step: int, why: str) -> None:
+        self.epoch, self.batch, self.step, self.why = epoch, batch, step, why
+        super().__init__(f"{why}: stopped at epoch {epoch + 1}, batch {batch}, step {step}")
+
+
+class PreemptionGuard(keras.callbacks.Callback):
+    """Every rank: pass a pending stop request into the next step; raise :class:`Preempted`
+    on every rank after the step in which any rank passed one."""
+
+    def __init__(self, requests: StopRequests, agreement: StepAgreement,
+                 steps_per_epoch: int, epochs: int) -> None:  # fmt: skip
+        super().__init__()
+        self._supports_tf_logs = True  # reads one variable, not the logs
+        self.requests, self.agreement = requests, agreement
+        self.steps_per_epoch, self.epochs = steps_per_epoch, epochs
+        self._asked = False
+        self._epoch = 0
+        self._first_batch = 0  # a resumed epoch's fit starts past the batches trained before
+
+    def start_at_batch(self, batch: int) -> None:
+        self._first_batch = batch
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._first_batch = 0
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if not self._asked and self.requests.event.is_set():
+            self._asked = True
+            self.agreement.request_stop()
+
+    def on_train_batch_end(self, batch, logs=None):
+        _, stop = self.agreement.read()
+        if stop:
+            epoch, done = self._epoch, self._first_batch + batch + 1
+            if done >= self.steps_per_epoch:  # the epoch's last batch: its end-of-epoch work
+                epoch, done = epoch + 1, 0  # (validation, its checkpoint) is skipped
+            if epoch >= self.epochs:  # the last step: finishing beats a checkpoint of it
+                return
+            step = int(self.model.optimizer.iterations.numpy())
+            raise Preempted(epoch, done, step, self.requests.reason())
+
+
+def checkpoint_and_record(model: Any, stop: Preempted, meta: CheckpointMeta, run_dir: Path,
+                          keep: int) -> str:  # fmt: skip
+    """Rank 0: publish the checkpoint of the agreed step and ``preempted.json``; every rank:
+    wait for both. Returns the checkpoint's folder name."""
+    name = ""
+    if hvd.rank() == 0:
+        import tensorflow as tf
+
+        state = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+        path = publish(run_dir, meta, lambda prefix: state.write(prefix), max(keep, 1))
+        name = path.name
+        record = {"why": stop.why, "epoch": stop.epoch, "batch": stop.batch, "step": stop.step,
+                  "checkpoint": name, "t": time.time()}  # fmt: skip
+        (run_dir / run_files.PREEMPTED).write_text(json.dumps(record, indent=2))
+        print(f"{stop}; checkpoint saved: {path}", flush=True)
+    return hvd.broadcast_object(name, root_rank=0, name="tntrun.preempted")

@@ -1,0 +1,99 @@
+"""Preemption on the driver: a stop signal becomes a checkpoint, not a lost run.
+
+On a signal of ``train.preempt_signals`` (Slurm's SIGTERM when it preempts,
+requeues or cancels a job; ``sbatch --signal=B:USR1@60`` before a time limit)
+the driver writes ``stop.request`` into the run directory: the ranks stop
+together at one step, rank 0 checkpoints it, and they exit. The driver keeps
+relaying until they are gone (at most ``train.preempt_grace_s``), then ends the
+run KILLED with the tag ``preempted``. A second signal, or one before any rank
+started, stops at once, as Ctrl-C does. After a time-limit signal
+(any but SIGTERM) in a Slurm batch job the driver requeues the job, as
+submitit does; the requeued job continues the same run (``resume=auto``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from tntrun import run_files
+from tntrun.launch.stop_signals import signal_number
+
+
+class StopOnSignals:
+    """The driver's handling of stop signals while a run is launched."""
+
+    def __init__(self, run_dir: Path, signals: list[str], grace_s: float,
+                 ranks_running: Callable[[], bool],
+                 stop_ranks: Callable[[], None]) -> None:  # fmt: skip
+        self.request_file = run_dir / run_files.STOP_REQUEST
+        self.signals = {signal_number(name) for name in signals}
+        self.grace_s, self.ranks_running, self.stop_ranks = grace_s, ranks_running, stop_ranks
+        self.received: signal.Signals | None = None  # the signal that asked for a checkpoint
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        """Handle the signals (and SIGTERM, as an interrupt if not among them) meanwhile."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        handled = self.signals | {signal.SIGTERM}
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in handled}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        sig = signal.Signals(signum)
+        if sig not in self.signals or self.received is not None or not self.ranks_running():
+            raise KeyboardInterrupt  # stop now: Ctrl-C's path
+        self.received = sig
+        self.request_file.write_text(sig.name)
+        print(f"tntrun: {sig.name}: the ranks stop at the next step they agree on, checkpoint "
+              f"it and exit (up to {self.grace_s:g} s, train.preempt_grace_s; signal again to "
+              "stop at once)", file=sys.stderr, flush=True)  # fmt: skip
+        timer = threading.Timer(self.grace_s, self._too_late)
+        timer.daemon = True
+        timer.start()
+
+    def _too_late(self) -> None:
+        print(f"tntrun: the ranks did not stop within {self.grace_s:g} s "
+              "(train.preempt_grace_s); stopping them", file=sys.stderr, flush=True)  # fmt: skip
+        self.stop_ranks()
+
+
+def requeue_after(received: signal.Signals | None, env: Mapping[str, str]) -> None:
+    """After a time-limit signal (any stop signal but SIGTERM) in a Slurm batch job: requeue
+    the job, which continues the run (Slurm requeues preempted jobs itself)."""
+    job = env.get("SLURM_JOB_ID")
+    if received in (None, signal.SIGTERM) or not job:
+        return
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the requeue ends this job: let it
+    done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
+    if done.returncode == 0:
+        print(f"tntrun: requeued Slurm job {job}; it continues this run", flush=True)
+    else:
+        print(f"tntrun: could not requeue Slurm job {job} ({done.stderr.strip()}): submit "
+              "with --requeue, or continue with resume=auto", file=sys.stderr,
+              flush=True)  # fmt: skip
+
+
+def job_restart(env: Mapping[str, str]) -> str | None:
+    """The Slurm job id when this is a requeued job (SLURM_RESTART_COUNT > 0), else None."""
+    if int(env.get("SLURM_RESTART_COUNT") or 0) > 0:
+        return env.get("SLURM_JOB_ID")
+    return None
+
+
+def slurm_tags(env: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The Slurm job a run belongs to (a requeued job finds its run by it)."""
+    return {"slurm_job_id": env["SLURM_JOB_ID"]} if env.get("SLURM_JOB_ID") else {}
