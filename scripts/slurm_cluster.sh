@@ -75,6 +75,10 @@ MpiDefault=none
 ReturnToService=2
 JobRequeue=1
 KillWait=10
+# A requeued job waits the credential lifetime before it runs again (120 s by default)
+# and a pending job the next scheduling pass (60 s): short, so requeue tests take seconds.
+AuthInfo=cred_expire=10
+SchedulerParameters=sched_interval=2
 InactiveLimit=0
 MinJobAge=300
 SchedulerType=sched/builtin

@@ -104,8 +104,32 @@ DETERMINISTIC = ("deterministic=true", "train.epochs=2", "tracking.system_metric
 
 
 def final_weights(result: subprocess.CompletedProcess) -> list[np.ndarray]:
-    with np.load(run_dir_of(result) / "final_weights.npz") as saved:
+    return weights_in(run_dir_of(result))
+
+
+def weights_in(run_dir: Path) -> list[np.ndarray]:
+    with np.load(run_dir / "final_weights.npz") as saved:
         return [saved[f"arr_{i}"] for i in range(len(saved.files))]
+
+
+# A user callback module (pace.py in the working directory): each step sleeps step_s until
+# the file ``until`` exists, so a test can interrupt the training however busy the machine.
+PACE = """
+import os
+import time
+
+import tf_keras as keras
+
+
+class Pace(keras.callbacks.Callback):
+    def __init__(self, step_s, until):
+        super().__init__()
+        self.step_s, self.until = step_s, until
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not os.path.exists(self.until):
+            time.sleep(self.step_s)
+"""
 
 
 def assert_same_weights(a: list[np.ndarray], b: list[np.ndarray]) -> None:

@@ -17,11 +17,13 @@ from omegaconf import OmegaConf
 
 from tests.conftest import (
     DETERMINISTIC,
+    PACE,
     assert_same_weights,
     final_weights,
     run_dir_of,
     store_uri,
     tntrun_command,
+    weights_in,
 )
 from tntrun.launch import LaunchSpec
 from tntrun.launch.knobs import horovod_knobs
@@ -225,3 +227,50 @@ def test_submitit_preset_sizes_the_job_from_the_layout():
     assert launcher.cpus_per_task == 2  # ranks_per_node's default: each node's CPUs are the ranks'
     allocation = {"SLURM_JOB_NODELIST": "gpu[01-02]", "SLURM_TASKS_PER_NODE": "1(x2)"}
     assert allocation_layout({**allocation, "SUBMITIT_EXECUTOR": "slurm"}, set()) == {}
+
+
+@pytest.mark.slow
+def test_a_preempted_and_a_timed_out_job_are_requeued_and_continue_the_same_run(
+    slurm, tmp_path, two_local_ranks_weights
+):
+    """Twice interrupted, one run: USR1 to the batch step (what --signal=B:USR1@120 sends
+    before the time limit) makes the ranks checkpoint and the driver requeue the job;
+    `scontrol requeue` (SIGTERM to every task, as preemption) makes them checkpoint and
+    Slurm requeue it. Each requeued job continues the run from the step it stopped at,
+    and the final weights are those of an uninterrupted run."""
+    (tmp_path / "pace.py").write_text(PACE)
+    until = tmp_path / "full-speed"
+    job = sbatch(slurm, tmp_path, *DETERMINISTIC, "checkpoint.min_interval_s=0",
+                 "+callbacks.pace._target_=pace.Pace", "+callbacks.pace.ranks=master_only",
+                 "+callbacks.pace.step_s=0.3", f"+callbacks.pace.until={until}")  # fmt: skip
+    out = tmp_path / f"tntrun-{job}.out"
+
+    def printed(text: str, times: int = 1) -> bool:
+        return out.exists() and out.read_text().count(text) >= times
+
+    wait_for(lambda: printed("checkpoint saved: epoch 1"), 180, "the first checkpoint")
+    assert slurm.run("scancel", "--batch", "--signal=USR1", job, cwd=tmp_path).returncode == 0
+    wait_for(lambda: printed("resumed from"), 180, "the job requeued by the driver")
+    assert slurm.run("scontrol", "requeue", job, cwd=tmp_path).returncode == 0
+    wait_for(lambda: printed("resumed from", 2), 180, "the job requeued by Slurm")
+    until.touch()
+    wait_for(lambda: job_gone(slurm, job), 180, f"job {job} to end")
+
+    output = out.read_text()
+    assert output.count("tntrun: run KILLED") == 2 and "tntrun: run FINISHED" in output, output
+    assert f"tntrun: requeued Slurm job {job}; it continues this run" in output
+    run_dirs = [Path(d) for d in re.findall(r"tntrun: run directory: (\S+)", output)]
+    run_ids = {(d / "mlflow_run_id").read_text() for d in run_dirs}
+    assert len(run_dirs) == 3 and len(run_ids) == 1, output
+    run = MlflowClient(store_uri(tmp_path)).get_run(run_ids.pop())
+    tags = run.data.tags
+    assert run.info.status == "FINISHED" and tags["restarts"] == "2", tags
+    assert tags["restart.1"].startswith(f"requeued Slurm job {job} (restart 1): from epoch-0001"), (
+        tags
+    )
+    assert "SIGUSR1 on the driver: stopped after step" in tags["restart.1"], tags
+    assert tags["restart.2"].startswith(
+        f"requeued Slurm job {job} (restart 2): from epoch-0001.batch-"
+    )
+    assert "SIGTERM on " in tags["restart.2"], tags
+    assert_same_weights(weights_in(run_dirs[-1]), two_local_ranks_weights)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import BIN, clean_env, free_port, tntrun_command
+from tests.conftest import BIN, PACE, clean_env, free_port, tntrun_command
 from tntrun import run_files
 from tntrun.tracking.metrics_stream import MetricsRelay, MetricsWriter, last_values
 from tntrun.tracking.mlflow_tracker import MlflowTracker
@@ -190,27 +190,6 @@ def expected_counts(run_dir: Path) -> collections.Counter:
 
 def recorded_counts(client, run_id: str, keys) -> collections.Counter:
     return collections.Counter({key: len(client.get_metric_history(run_id, key)) for key in keys})
-
-
-PACE = """
-import os
-import time
-
-import tf_keras as keras
-
-
-class Pace(keras.callbacks.Callback):
-    \"\"\"Each step sleeps step_s until the file ``until`` exists: the training outlasts the
-    server's restart, however long that takes on a busy machine.\"\"\"
-
-    def __init__(self, step_s, until):
-        super().__init__()
-        self.step_s, self.until = step_s, until
-
-    def on_train_batch_end(self, batch, logs=None):
-        if not os.path.exists(self.until):
-            time.sleep(self.step_s)
-"""
 
 
 def wait_for_output(log: Path, text: str, process: subprocess.Popen, seconds: float = 60) -> None:

@@ -33,7 +33,7 @@ from tntrun.launch.preemption import StopOnSignals, job_restart, requeue_after, 
 from tntrun.launch.rank_job import LaunchResult, RankJob, StallWatch
 from tntrun.launch.rank_logs import RankLogWriter
 from tntrun.launch.restarts import archive_attempt
-from tntrun.planning.checkpoints import config_hash, latest_checkpoint, read_meta
+from tntrun.planning.checkpoints import adopt, config_hash, latest_checkpoint, read_meta
 from tntrun.planning.machine import device_problems, machine_facts
 from tntrun.planning.plan import Plan, build_plan
 from tntrun.planning.resume import (
@@ -159,6 +159,8 @@ def run(exp: Experiment) -> RunResult:
     if problems:
         return config_error(problems, run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    if resumed:  # the run's newest directory holds its newest checkpoint (resume=auto)
+        adopt(Path(resumed.point.checkpoint), run_dir)
     (run_dir / run_files.CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
     plan.save(run_dir / run_files.PLAN)
     print(
@@ -419,7 +421,8 @@ class LaunchedRun:
         self.recorded_restarts = int(recorded.get("restarts", 0)) + 1
         ended = recorded.get(PREEMPTED_TAG) or recorded.get(DRIVER_LOST_TAG)
         restart = f"{self.resumed.how}: from {Path(self.resumed.point.checkpoint).name}"
-        tags = {"resumed_in": str(self.run_dir), **driver_tags(), **slurm_tags(),
+        tags = {"resumed_in": str(self.run_dir), "run_dir": str(self.run_dir),
+                **driver_tags(), **slurm_tags(),
                 "restarts": str(self.recorded_restarts),
                 f"restart.{self.recorded_restarts}": f"{restart}; {ended}" if ended else restart,
                 }  # fmt: skip

@@ -100,6 +100,26 @@ def publish(
     return final
 
 
+def adopt(checkpoint: Path, run_dir: Path) -> Path:
+    """Give a resumed run's directory the checkpoint it starts from (hard links where the
+    filesystem allows, else copies), so the newest run directory always holds the run's
+    newest checkpoint, even before it writes one."""
+    final = run_dir / CHECKPOINTS / checkpoint.name
+    if not final.exists():
+
+        def link(source: str, target: str) -> None:
+            try:
+                os.link(source, target)
+            except OSError:
+                shutil.copy2(source, target)
+
+        tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(checkpoint, tmp, copy_function=link)
+        os.replace(tmp, final)
+    return final
+
+
 def publish_best(
     run_dir: Path, meta: CheckpointMeta, write_state: Callable[[str], None],
     monitor: str, value: float,
