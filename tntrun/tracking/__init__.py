@@ -39,6 +39,11 @@ class Tracker(Protocol):
         tags that said how it ended (``driver_lost``, ``preempted``)."""
         ...
 
+    def end_lost_runs(self) -> list[str]:
+        """End the store's RUNNING runs whose driver is gone (KILLED, ``driver_lost``); their
+        ids. Every tntrun command on a store does it."""
+        ...
+
     def unfinished_runs(self, tags: Mapping[str, str]) -> list[tuple[str, str | None]]:
         """(run id, run directory) of the runs with ``tags`` that ended KILLED or FAILED,
         newest first (``resume=auto``, a requeued Slurm job)."""

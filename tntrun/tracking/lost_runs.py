@@ -1,9 +1,9 @@
 """Runs left RUNNING by a driver that is gone: found and ended KILLED with ``driver_lost``.
 
 A SIGKILLed driver (the OOM killer, Slurm's KillWait, a lost login node) cannot end
-its run. The next tntrun run on the same store (a new or a resumed one) and ``tntrun
-ui`` look at the RUNNING runs and end those whose driver is gone
-(:func:`tntrun.launch.driver_alive.lost_driver`); ``tntrun sync`` does not (yet).
+its run. The next tntrun run on the same store (a new or a resumed one), ``tntrun ui``
+and ``tntrun sync`` look at the RUNNING runs and end those whose driver is gone
+(:func:`tntrun.launch.driver_alive.lost_driver`).
 """
 
 from __future__ import annotations

@@ -127,6 +127,9 @@ class MlflowTracker:
             self.client.set_tag(run_id, key, value)
         return run_id
 
+    def end_lost_runs(self) -> list[str]:
+        return end_lost_runs(self.client)
+
     def unfinished_runs(self, tags: Mapping[str, str]) -> list[tuple[str, str | None]]:
         """(run id, run directory) of the experiment's KILLED and FAILED runs with ``tags``,
         newest first; runs whose driver is gone are ended first."""

@@ -94,6 +94,7 @@ def sync(run_dir: Path, pending: Pending, uri: str, wait_s: float = 0.0) -> int:
     error = delivery.within(wait_s)
     if error is None:
         Pending.clear(run_dir)
+        tracker.end_lost_runs()  # as every tntrun command on a store
         print(f"tntrun sync: {tracker.label} run {tracker.run_id} in {uri}: "
               f"{relay.lines_sent} metric lines, the outputs and status {pending.status} "
               "delivered")  # fmt: skip

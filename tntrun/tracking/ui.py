@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tntrun.planning.machine import venv_executable
-from tntrun.tracking.lost_runs import end_lost_runs
 from tntrun.tracking.mlflow_tracker import MlflowTracker
 from tntrun.tracking.store import store_problems, tracking_uri
 
@@ -47,6 +46,6 @@ def main(argv: Sequence[str]) -> int:
           flush=True)  # fmt: skip
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     if not store_problems(uri):  # runs whose driver is gone: KILLED, not RUNNING forever
-        end_lost_runs(MlflowTracker.at(uri, Path(args.output_root)).client)
+        MlflowTracker.at(uri, Path(args.output_root)).end_lost_runs()
     os.execvp(command[0], command)
     return 0  # not reached
