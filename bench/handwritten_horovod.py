@@ -6,6 +6,9 @@ Same model (MLP 128-64), data (digits split), global batch 64 and optimizer as
 tntrun's default experiment. Rank 0 prints one JSON line with the steady-state
 step time (epochs after the first: wall time per step, and the median step
 from batch begin to end) and the wall-clock time of the first step.
+``--validate`` evaluates the validation split after every epoch on every rank
+(as ``validation_data=`` does) and ``--save DIR`` has rank 0 save the trained
+model, as tntrun's default experiment does (bench/overhead_cpu.py).
 """
 
 import argparse
@@ -25,6 +28,8 @@ from tntrun.datasets.digits import DigitsDataset  # noqa: E402  (the same arrays
 parser = argparse.ArgumentParser()
 parser.add_argument("--epochs", type=int, default=20)
 parser.add_argument("--global-batch", type=int, default=64)
+parser.add_argument("--validate", action="store_true")
+parser.add_argument("--save", default=None)
 args = parser.parse_args()
 
 hvd.init()
@@ -86,7 +91,11 @@ class Timer(keras.callbacks.Callback):
 
 timer = Timer()
 hvd.broadcast_variables(model.variables, root_rank=0)
-model.fit(train, epochs=args.epochs, steps_per_epoch=steps, callbacks=[timer], verbose=0)
+val = tf.data.Dataset.from_tensor_slices((x_val, y_val)).batch(micro) if args.validate else None
+model.fit(train, epochs=args.epochs, steps_per_epoch=steps, callbacks=[timer], verbose=0,
+          validation_data=val)  # fmt: skip
+if args.save and hvd.rank() == 0:
+    model.save(os.path.join(args.save, "model.keras"))
 if hvd.rank() == 0:
     steady = timer.epochs[1:] or timer.epochs
     print(

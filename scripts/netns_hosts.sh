@@ -5,6 +5,12 @@
 #
 #   scripts/netns_hosts.sh up   STATE_DIR   # prints "host port key" lines
 #   scripts/netns_hosts.sh down STATE_DIR
+#   scripts/netns_hosts.sh shape STATE_DIR RATE   # e.g. 1gbit, 5gbit, or off; prints the
+#                                                 # TCP rate measured tnt-h1 -> tnt-h2, bit/s
+#
+# Shaping: a token bucket (tc tbf) on each host's egress, so each direction of the
+# link carries at most RATE, as on a full-duplex NIC of that speed (this kernel has no
+# netem: no delay can be added). The measurement is a plain TCP transfer (link_rate.py).
 #
 # Hosts: 10.77.0.1 (tnt-h1) and 10.77.0.2 (tnt-h2), named so in /etc/hosts here too (as
 # cluster nodes are; removed by `down`); the root namespace is
@@ -85,8 +91,32 @@ EOF
   done
 }
 
+shape() {
+  local rate=${1:?usage: netns_hosts.sh shape STATE_DIR RATE|off}
+  for i in "${HOSTS[@]}"; do
+    ip netns exec "tnt-h$i" tc qdisc del dev tnt0 root 2>/dev/null || true
+    if [ "$rate" != off ]; then
+      # burst: 4 ms of traffic (at least 64 KB), enough for the kernel's timer granularity;
+      # latency bounds the queue. Both as tc takes them.
+      local bits burst
+      bits=$(python3 -c "import re,sys; m=re.fullmatch(r'([0-9.]+)([kmg]?)bit', sys.argv[1]); \
+print(int(float(m[1]) * {'': 1, 'k': 1e3, 'm': 1e6, 'g': 1e9}[m[2]]))" "$rate") \
+        || { echo "RATE: e.g. 1gbit, 500mbit or off (got $rate)" >&2; exit 2; }
+      burst=$(( bits / 8 / 250 > 65536 ? bits / 8 / 250 : 65536 ))
+      ip netns exec "tnt-h$i" tc qdisc add dev tnt0 root tbf rate "$rate" burst "$burst" latency 20ms
+    fi
+  done
+  local port=5299 here
+  here=$(dirname "$(readlink -f "$0")")
+  ip netns exec tnt-h2 python3 "$here/link_rate.py" serve 10.77.0.2 $port &
+  local server=$!
+  ip netns exec tnt-h1 python3 "$here/link_rate.py" send 10.77.0.2 $port "${TNT_MEASURE_S:-2}"
+  wait "$server"
+}
+
 case "$ACTION" in
   up) up ;;
   down) down ;;
-  *) echo "usage: netns_hosts.sh up|down STATE_DIR" >&2; exit 2 ;;
+  shape) shape "${3:-}" ;;
+  *) echo "usage: netns_hosts.sh up|down|shape STATE_DIR [RATE]" >&2; exit 2 ;;
 esac

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import clean_env, run_dir_of, store_uri, tntrun_cli, tntrun_command
+from tests.conftest import PACE, clean_env, run_dir_of, store_uri, tntrun_cli, tntrun_command
 
 pytestmark = pytest.mark.slow
 
@@ -138,8 +138,12 @@ def test_a_preempted_run_resumes_mid_epoch_into_the_same_run_with_the_same_weigh
     one step of epoch 2, checkpoint it, and the run ends KILLED, tagged preempted;
     resume=auto finds it, continues from that step and ends as if never stopped."""
     _, uninterrupted = two_ranks
+    (tmp_path / "pace.py").write_text(PACE)  # 0.05 s a step: the signal lands in epoch 2
+    until = tmp_path / "full-speed"
+    pace = ("+callbacks.pace._target_=pace.Pace", "+callbacks.pace.ranks=master_only",
+            "+callbacks.pace.step_s=0.05", f"+callbacks.pace.until={until}")  # fmt: skip
     driver = subprocess.Popen(
-        tntrun_command(tmp_path, *CONFIG), cwd=tmp_path, env=clean_env(),
+        tntrun_command(tmp_path, *CONFIG, *pace), cwd=tmp_path, env=clean_env(),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )  # fmt: skip
     output = []
@@ -149,6 +153,7 @@ def test_a_preempted_run_resumes_mid_epoch_into_the_same_run_with_the_same_weigh
         if "checkpoint saved: epoch 1" in line or time.monotonic() > deadline:
             break
     driver.send_signal(signal.SIGTERM)
+    until.touch()
     output.extend(driver.stdout)
     assert driver.wait(timeout=60) != 0
     text = "".join(output)

@@ -1,0 +1,52 @@
+"""The shaped link between the test hosts, and the arithmetic of the benchmarks on it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bench.wire import median_and_spread, parse_rate, ring_bound_s, within
+from tests.conftest import SCRIPTS
+
+
+def test_rates_read_as_tc_reads_them():
+    assert parse_rate("1gbit") == 1e9
+    assert parse_rate("500mbit") == 5e8
+    assert parse_rate("2.5gbit") == 2.5e9
+    assert parse_rate("100kbit") == 1e5
+    with pytest.raises(ValueError, match="use e.g. 1gbit"):
+        parse_rate("1GB/s")
+
+
+def test_the_ring_bound_moves_two_n_minus_one_over_n_of_the_data():
+    # ResNet-50's gradients (25.56 M float32) on 2 ranks at 1 Gbit/s: the data once, 0.82 s.
+    assert ring_bound_s(25_557_032 * 4, 2, 1e9) == pytest.approx(0.8178, abs=1e-4)
+    assert ring_bound_s(1e9, 4, 8e9) == pytest.approx(1.5)  # 2 * 3/4 of 1 GB at 1 GB/s
+    assert ring_bound_s(1e9, 1, 1e9) == 0.0  # nothing to exchange
+
+
+def test_medians_spreads_and_tolerances():
+    assert median_and_spread([1.0, 1.2, 0.9]) == (1.0, pytest.approx(0.3))
+    assert within(0.93e9, 1e9, 0.10) and not within(0.89e9, 1e9, 0.10)
+
+
+def shape(hosts, rate: str) -> dict:
+    done = subprocess.run(["bash", str(SCRIPTS / "netns_hosts.sh"), "shape",
+                           str(Path(hosts.key).parent), rate],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_a_shaped_link_carries_the_rate_asked(netns_hosts):
+    try:
+        for rate in ("1gbit", "200mbit"):
+            measured = shape(netns_hosts, rate)["bits_per_s"]
+            assert within(measured, parse_rate(rate), 0.10), (rate, measured)
+    finally:
+        unshaped = shape(netns_hosts, "off")["bits_per_s"]  # the other tests' link
+    assert unshaped > 2e9
