@@ -110,8 +110,13 @@ def report(rate: str, tcp: float, port: str, key: str, rounds: int, repeats: int
         print(f"| {model} | {name} | {compression} | {median * 1e3:.0f} | {spread:.0%} | "
               f"{bound * 1e3:.0f} | {median / bound:.3f} | {median / at_tcp:.3f} | "
               f"{median / own:.3f} |", flush=True)  # fmt: skip
-    best = min(times.items(), key=lambda item: statistics.median(item[1]))
-    print(f"\nbest: {best[0]}")
+    for model in MODELS:
+        for compression in COMPRESSIONS:
+            mine = {k: v for k, v in times.items() if k[0] == model and k[2] == compression}
+            (_, name, _), values = min(mine.items(), key=lambda kv: statistics.median(kv[1]))
+            bound = ring_bound_s(floats[model] * 4, 2, asked)
+            print(f"best for {model}, compression {compression}: fusion {name}, "
+                  f"{statistics.median(values) / bound:.3f} x bound")  # fmt: skip
 
 
 if __name__ == "__main__":
