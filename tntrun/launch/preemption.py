@@ -37,6 +37,7 @@ class StopOnSignals:
         self.signals = {signal_number(name) for name in signals}
         self.grace_s, self.ranks_running, self.stop_ranks = grace_s, ranks_running, stop_ranks
         self.received: signal.Signals | None = None  # the signal that asked for a checkpoint
+        self._deadline: threading.Timer | None = None
 
     @contextmanager
     def installed(self) -> Iterator[None]:
@@ -51,6 +52,8 @@ class StopOnSignals:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            if self._deadline is not None:  # the ranks are gone: nothing left to stop
+                self._deadline.cancel()
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         sig = signal.Signals(signum)
@@ -61,9 +64,9 @@ class StopOnSignals:
         print(f"tntrun: {sig.name}: the ranks stop at the next step they agree on, checkpoint "
               f"it and exit (up to {self.grace_s:g} s, train.preempt_grace_s; signal again to "
               "stop at once)", file=sys.stderr, flush=True)  # fmt: skip
-        timer = threading.Timer(self.grace_s, self._too_late)
-        timer.daemon = True
-        timer.start()
+        self._deadline = threading.Timer(self.grace_s, self._too_late)
+        self._deadline.daemon = True
+        self._deadline.start()
 
     def _too_late(self) -> None:
         print(f"tntrun: the ranks did not stop within {self.grace_s:g} s "
