@@ -140,8 +140,11 @@ def run(exp: Experiment) -> RunResult:
         filled = replace(exp, config=with_allocation_layout(cfg, exp.overrides, os.environ))
         reference, how = resume_reference(filled, tracker)
         resumed = resume_of(exp, tracker, reference, how) if reference else None
-        config = resumed.config if resumed else cfg
-        exp = replace(exp, config=with_allocation_layout(config, exp.overrides, os.environ))
+        if resumed is None:
+            exp = filled
+        else:  # the stored config, with the layout filled as for a new run
+            config = with_allocation_layout(resumed.config, exp.overrides, os.environ)
+            exp = replace(exp, config=config)
         cfg = exp.config
         plan, sized = make_plan(exp, run_dir, resumed.point if resumed else None)
     except PlanError as err:
@@ -332,8 +335,7 @@ class LaunchedRun:
         if tracker.run_id:  # created before the store went away: the rest again
             run_id = tracker.run_id
         elif self.resumed:
-            tracker.attach(self.resumed.mlflow_run_id)
-            run_id = tracker.reopen(self.resumed.mlflow_run_id, self.resume_tags(tracker.tags()))
+            run_id = tracker.reopen(self.resumed.mlflow_run_id, self.resume_tags)
             self.prefix = f"resumed-{run_dir.name}"
         else:
             tags = start_tags(plan, run_dir, list(self.exp.overrides), dict(self.exp.choices),

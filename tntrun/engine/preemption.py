@@ -84,7 +84,7 @@ def checkpoint_and_record(model: Any, stop: Preempted, meta: CheckpointMeta, run
         import tensorflow as tf
 
         state = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
-        path = publish(run_dir, meta, lambda prefix: state.write(prefix), max(keep, 1))
+        path = publish(run_dir, meta, lambda prefix: state.write(prefix), keep)
         name = path.name
         record = {"why": stop.why, "epoch": stop.epoch, "batch": stop.batch, "step": stop.step,
                   "checkpoint": name, "t": time.time()}  # fmt: skip

@@ -28,14 +28,6 @@ def pin_to_socket(plan, argv: list[str]) -> None:
     os.execvp("numactl", [*numactl, sys.executable, "-m", "tntrun.engine.worker", *argv[1:]])
 
 
-def stop_requests(signals: list[str], run_dir: Path):
-    """Preemption requests (signals, the driver's file), noted from now on; the ranks stop
-    together once training runs (tntrun.engine.preemption)."""
-    from tntrun.engine.stop_requests import StopRequests
-
-    return StopRequests(signals, run_dir)
-
-
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: python -m tntrun.engine.worker <run_dir>", file=sys.stderr)
@@ -46,8 +38,11 @@ def main(argv: list[str]) -> int:
     watch_driver(run_dir)  # ends this rank within seconds of its driver (even a SIGKILLed one)
     from omegaconf import OmegaConf
 
+    from tntrun.engine.stop_requests import StopRequests
+
     cfg = OmegaConf.load(run_dir / run_files.CONFIG)
-    requests = stop_requests(list(cfg.train.preempt_signals), run_dir)  # before TF's import
+    # Preemption requests (signals, the driver's file) are noted from before TF's import on.
+    requests = StopRequests(list(cfg.train.preempt_signals), run_dir)
 
     from tntrun.config.user_code import add_user_path
     from tntrun.launch import launcher_for

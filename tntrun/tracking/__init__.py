@@ -8,7 +8,7 @@ directory and the driver relays them. A tracker must end every run it opened
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -34,9 +34,11 @@ class Tracker(Protocol):
     def start(self, run_name: str | None, tags: Mapping[str, str],
               parent_run_id: str | None = None) -> str: ...  # fmt: skip
 
-    def reopen(self, run_id: str, tags: Mapping[str, str]) -> str:
+    def reopen(self, run_id: str,
+               tags: Callable[[Mapping[str, str]], Mapping[str, str]]) -> str:  # fmt: skip
         """Mark an existing run RUNNING again (a resumed run continues in it), without the
-        tags that said how it ended (``driver_lost``, ``preempted``)."""
+        tags that said how it ended (``driver_lost``, ``preempted``), and set the tags that
+        ``tags`` makes of the ones it had (after ending the store's lost runs)."""
         ...
 
     def end_lost_runs(self) -> list[str]:

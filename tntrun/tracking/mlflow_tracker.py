@@ -11,7 +11,7 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from functools import cached_property
 from pathlib import Path
@@ -115,7 +115,8 @@ class MlflowTracker:
             raise LookupError(f"no run {run_id} in {self.store}") from None
         self.run_id, self._experiment_id = run_id, run.info.experiment_id
 
-    def reopen(self, run_id: str, tags: Mapping[str, str]) -> str:
+    def reopen(self, run_id: str,
+               tags: Callable[[Mapping[str, str]], Mapping[str, str]]) -> str:  # fmt: skip
         end_lost_runs(self.client)
         self.attach(run_id)
         before = self.client.get_run(run_id).data.tags
@@ -123,7 +124,7 @@ class MlflowTracker:
             if ended in before:
                 self.client.delete_tag(run_id, ended)
         self.client.update_run(run_id, status="RUNNING")
-        for key, value in tags.items():
+        for key, value in tags(before).items():
             self.client.set_tag(run_id, key, value)
         return run_id
 
