@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-import struct
+import xml.etree.ElementTree as ET
+
+from tests.test_schedule_chart import line_points
 
 
 def test_dry_run_prints_config_plan_and_command(run_tntrun, tmp_path):
@@ -21,8 +23,7 @@ def test_dry_run_prints_config_plan_and_command(run_tntrun, tmp_path):
     assert "nothing was launched" in out
     assert not (tmp_path / "outputs" / "mlflow.db").exists()
 
-    (plot,) = (tmp_path / "outputs" / "runs").glob("*/*/lr_schedule.png")
-    header = plot.read_bytes()[:24]
-    assert header[:8] == b"\x89PNG\r\n\x1a\n"
-    width, height = struct.unpack(">II", header[16:24])
-    assert (width, height) == (700, 350)
+    (chart,) = (tmp_path / "outputs" / "runs").glob("*/*/lr_schedule.svg")
+    root = ET.fromstring(chart.read_text())
+    assert (root.get("width"), root.get("height")) == ("700", "350")
+    assert len(line_points(chart.read_text())) == 990  # 90 epochs x 11 steps

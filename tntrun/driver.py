@@ -43,7 +43,8 @@ from tntrun.planning.resume import (
     first_resumable,
     load_resumed_run,
 )
-from tntrun.planning.view import plot_schedule, render_plan
+from tntrun.planning.schedule_chart import write_schedule_chart
+from tntrun.planning.view import render_plan
 from tntrun.tracking import Tracker, flatten, tracker_for
 from tntrun.tracking.lost_runs import DRIVER_LOST_TAG
 from tntrun.tracking.metrics_stream import MetricsRelay, last_values
@@ -126,7 +127,7 @@ def dry_run(cfg: DictConfig, plan: Plan, run_dir: Path, assumed: str | None) -> 
     print(render_plan(plan))
     if assumed:
         print(f"\nnote: {assumed}")
-    print(f"\nLR schedule plot: {plot_schedule(plan, run_dir / run_files.LR_PLOT)}")
+    print(f"\nLR schedule plot: {write_schedule_chart(plan, run_dir / run_files.LR_PLOT)}")
     print("dry run: nothing was launched and no run was tracked")
 
 
@@ -448,7 +449,7 @@ class LaunchedRun:
             if job is not None:
                 job.stop()
             if tracked:
-                plot_schedule(self.plan, self.run_dir / run_files.LR_PLOT)  # after the run
+                write_schedule_chart(self.plan, self.run_dir / run_files.LR_PLOT)  # after the run
         finally:
             if tracked:
                 self.settle(status, stalled)

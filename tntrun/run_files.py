@@ -31,7 +31,7 @@ PREEMPTED = "preempted.json"
 # Outputs.
 FINAL_WEIGHTS = "final_weights.npz"
 FINAL_MODEL = "model.keras"
-LR_PLOT = "lr_schedule.png"
+LR_PLOT = "lr_schedule.svg"
 TIMELINE = "horovod_timeline.json"
 AUTOTUNE_LOG = "horovod_autotune.csv"
 TRANSLATIONS = "translations"

@@ -1,9 +1,8 @@
-"""Human views of a plan: the dry-run table and the learning-rate plot."""
+"""Human views of a plan: the dry-run table (the learning-rate chart: schedule_chart)."""
 
 from __future__ import annotations
 
 import shlex
-from pathlib import Path
 
 import numpy as np
 
@@ -100,33 +99,3 @@ def render_plan(plan: Plan) -> str:
     lines += [f"{k}={shlex.quote(v)}" for k, v in plan.launch_env]
     lines.append(shlex.join(plan.launch_command))
     return "\n".join(lines)
-
-
-def plot_schedule(plan: Plan, path: Path) -> Path:
-    """Write the learning rate over every training step as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    steps = np.arange(plan.schedule.total_steps)
-    fig, ax = plt.subplots(figsize=(7, 3.5), dpi=100)
-    ax.plot(steps, learning_rate(steps, plan.schedule), linewidth=1.5)
-    if plan.stops_early:
-        ax.axvline(
-            plan.total_steps,
-            color="tab:red",
-            linestyle="--",
-            linewidth=1,
-            label=f"this run stops (epoch {plan.epochs})",
-        )
-        ax.legend(loc="upper right")
-    ax.set_xlabel(f"training step ({plan.steps_per_epoch} per epoch)")
-    ax.set_ylabel("learning rate")
-    ax.set_title(f"{plan.schedule.name}: peak {plan.scaled_lr:g}, global batch "
-                 f"{plan.effective_batch_size}")  # fmt: skip
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
