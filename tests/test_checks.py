@@ -16,7 +16,7 @@ CHECKS = [
      "global_batch_size=64 and micro_batch_size=16 disagree on 2 ranks"),
     (["ranks_per_node=0"], "ranks_per_node=0: nodes x ranks per node must be at least 1"),
     (["nodes=0"], "nodes=0: nodes x ranks per node must be at least 1"),
-    (["hosts=[a,b,c]"], "hosts lists 3 hosts but nodes=1: set nodes=3"),
+    (["hosts=[a,b,c]", "nodes=2"], "hosts lists 3 hosts but nodes=2: set nodes=3 or list 2"),
     (["nodes=2"], "nodes=2 needs the hosts to run on: give hosts=[h1,h2,...]"),
     (["hostfile=/no/such/hostfile"], "hostfile=/no/such/hostfile does not exist"),
     (["schedule=warmup_piecewise", "train.epochs=3", "schedule.boundaries_epochs=[]"],

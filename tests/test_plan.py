@@ -192,6 +192,16 @@ def test_hosts_from_a_hostfile(compose_cfg, tmp_path):
     assert plan.launch_command[5] == "alpha:2,beta:2"
 
 
+def test_a_host_list_sets_the_nodes_unless_they_are_given(compose_cfg, tmp_path):
+    plan = plan_for(compose_cfg, "hosts=[a,b]", "micro_batch_size=32")
+    assert (plan.nodes, plan.world_size, plan.global_batch_size) == (2, 4, 128)
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("alpha\nbeta\ngamma\n")
+    assert plan_for(compose_cfg, f"hostfile={hostfile}", "global_batch_size=60").nodes == 3
+    with pytest.raises(PlanError, match="hosts lists 2 hosts but nodes=1: set nodes=2"):
+        plan_for(compose_cfg, "hosts=[a,b]", "nodes=1")
+
+
 def test_plan_round_trips_through_json(compose_cfg):
     plan = plan_for(compose_cfg, "schedule=warmup_piecewise", "schedule.boundaries_epochs=[10]",
                     "pin_to_socket=true", "horovod.autotune=true")  # fmt: skip

@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from tntrun.config.checks import choice_problems
 from tntrun.config.schema import register
 from tntrun.errors import PlanError
-from tntrun.planning.layout import allocation_layout
+from tntrun.planning.layout import given_layout
 
 CONFIG_MODULE = "tntrun.conf"
 CONFIG_NAME = "config"
@@ -78,11 +78,9 @@ def given_keys(overrides: Sequence[str]) -> set[str]:
 
 def with_allocation_layout(cfg: DictConfig, overrides: Sequence[str],
                            env: Mapping[str, str]) -> DictConfig:  # fmt: skip
-    """``cfg`` with the layout keys a Slurm allocation fills (those not given), so what is
-    recorded (config.yaml, the run's params) is the layout that runs."""
-    if cfg.get("hosts") or cfg.get("hostfile"):
-        return cfg
-    filled = allocation_layout(env, given_keys(overrides))
+    """``cfg`` with the layout keys the host list or a Slurm allocation fills (those not
+    given), so what is recorded (config.yaml, the run's params) is the layout that runs."""
+    filled = given_layout(cfg, env, given_keys(overrides))
     if not filled:
         return cfg
     cfg = cfg.copy()
@@ -98,14 +96,13 @@ def plain_config(
 
     ``micro_batch_size`` or ``batch_tokens`` derive the global batch, so the
     config's default ``global_batch_size`` is dropped unless it was overridden too.
-    Inside a Slurm allocation its nodes, tasks and GPUs per node fill the layout
-    keys not given on the command line.
+    The layout keys not given on the command line come from the hosts: ``nodes`` from
+    ``hosts``/``hostfile``, else nodes, tasks and GPUs per node from a Slurm allocation.
     """
     plain = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     given = given_keys(overrides)
     derives_global = plain.get("micro_batch_size") is not None or plain.get("batch_tokens")
     if derives_global and "global_batch_size" not in given:
         plain["global_batch_size"] = None
-    if not plain.get("hosts") and not plain.get("hostfile"):
-        plain.update(allocation_layout(env, given))
+    plain.update(given_layout(plain, env, given))
     return plain

@@ -173,6 +173,26 @@ def _first_count(value: str) -> int:
     return int(re.findall(r"\d+", value.split("(")[0])[-1])
 
 
+def host_list_layout(cfg: Mapping[str, Any], given: set[str]) -> dict[str, int]:
+    """``nodes`` from ``hosts=[...]`` or ``hostfile=`` when not given on the command line:
+    one node per listed host (``tntrun -m 'hosts=[a],[a,b]'`` sweeps 1 and 2 nodes)."""
+    if "nodes" in given:
+        return {}
+    try:
+        listed = _host_list(cfg, {})
+    except LayoutError:
+        return {}  # a missing hostfile: planning reports it
+    return {"nodes": len(listed[1])} if listed and listed[1] else {}
+
+
+def given_layout(cfg: Mapping[str, Any], env: Mapping[str, str], given: set[str]) -> dict[str, int]:
+    """Layout keys not given on the command line that the hosts fill in: an explicit host
+    list sets ``nodes``, else a Slurm allocation sets what it allocated."""
+    if cfg.get("hosts") or cfg.get("hostfile"):
+        return host_list_layout(cfg, given)
+    return allocation_layout(env, given)
+
+
 def allocation_layout(env: Mapping[str, str], given: set[str]) -> dict[str, int]:
     """Layout keys taken from a Slurm allocation, for those not given on the command line."""
     if not env.get("SLURM_JOB_NODELIST"):
