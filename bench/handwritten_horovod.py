@@ -9,6 +9,8 @@ from batch begin to end) and the wall-clock time of the first step.
 ``--validate`` evaluates the validation split after every epoch on every rank
 (as ``validation_data=`` does) and ``--save DIR`` has rank 0 save the trained
 model, as tntrun's default experiment does (bench/overhead_cpu.py).
+``--exit-now`` ends each rank as tntrun's ranks end (Horovod shut down, then
+``os._exit``: no interpreter teardown of TensorFlow).
 """
 
 import argparse
@@ -30,6 +32,7 @@ parser.add_argument("--epochs", type=int, default=20)
 parser.add_argument("--global-batch", type=int, default=64)
 parser.add_argument("--validate", action="store_true")
 parser.add_argument("--save", default=None)
+parser.add_argument("--exit-now", action="store_true")
 args = parser.parse_args()
 
 hvd.init()
@@ -108,3 +111,6 @@ if hvd.rank() == 0:
         ),
         flush=True,
     )
+if args.exit_now:
+    hvd.shutdown()
+    os._exit(0)

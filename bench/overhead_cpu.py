@@ -1,16 +1,17 @@
 """Whole-process CPU time of tntrun's default experiment against a hand-written script.
 
-    .venv/bin/python bench/overhead_cpu.py [--repeats 5]
+    .venv/bin/python bench/overhead_cpu.py [--repeats 5] [--variants]
 
 Both train the default experiment's problem: MLP 128-64 on digits, global
 batch 64 on 2 ranks (horovodrun, Gloo, localhost), Adam, 20 epochs, validation
 after each epoch, the trained model saved. tntrun runs as a user runs it
 (`tntrun`, nothing turned off: MLflow store, system metrics, checkpoints, LR
-plot, final weights); the script is bench/handwritten_horovod.py --validate
+chart, final weights); the script is bench/handwritten_horovod.py --validate
 --save. CPU time is user + system of everything started (driver, horovodrun,
-ranks: the children's rusage, which sums every waited-for descendant). Variants
-of tntrun with one part turned off say what each part costs. Interleaved A/B,
-medians and ratios of medians.
+ranks: the children's rusage, which sums every waited-for descendant).
+``--variants`` adds tntrun with one part turned off (what each part costs) and
+the script ending its ranks as tntrun's do (--exit-now: no interpreter teardown).
+Interleaved, medians and ratios of medians.
 """
 
 from __future__ import annotations
@@ -66,6 +67,10 @@ def main() -> None:
                   "--epochs", str(args.epochs), "--validate", "--save", tmp]  # fmt: skip
         for _ in range(args.repeats):
             results["handwritten"].append(measured(script, work))
+            if args.variants:
+                results.setdefault("handwritten, ending as tntrun's ranks do", []).append(
+                    measured([*script, "--exit-now"], work)
+                )
             for name, overrides in chosen.items():
                 command = [str(BIN / "tntrun"), f"train.epochs={args.epochs}", *overrides]
                 results[name].append(measured(command, work))

@@ -202,6 +202,8 @@ def train(cfg: Any, plan: Plan, run_dir: Path,
     if cfg.predict_scaling:  # last: it recompiles the model, whose weights are saved by now
         predict_scaling(model, cfg, plan, info.task, throughput, run_dir, metrics_log,
                         input_pipelines(cfg, plan, dataset, info, rank, size)[0])  # fmt: skip
+    if metrics_log is not None:
+        metrics_log.close()
     return final
 
 

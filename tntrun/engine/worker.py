@@ -88,5 +88,19 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def exit_now(code: int) -> None:
+    """End this rank without the interpreter's teardown of TensorFlow (about 1 s of CPU per
+    rank): everything the rank writes is already closed, so flush the output, leave Horovod
+    (a clean goodbye to the peers) and exit."""
+    import logging
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    if "tntrun.engine.runtime" in sys.modules:  # Horovod was started
+        sys.modules["tntrun.engine.runtime"].hvd.shutdown()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    exit_now(main(sys.argv))
