@@ -128,11 +128,6 @@ class _StepClock(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         self.ends.append(time.perf_counter())
 
-    def durations(self) -> np.ndarray:
-        """Each step from its batch-begin to its batch-end hook: the step itself
-        (input, forward, backward, update), without Keras' work between steps."""
-        return np.asarray(self.ends) - np.asarray(self.begins)
-
     def cycles(self) -> np.ndarray:
         """Each step from its batch-begin to the next one's (the last: to its end):
         what a training step costs in wall time, Keras' work between steps included."""
@@ -183,11 +178,14 @@ def local_step_seconds(
 ) -> list[float]:
     """Every rank's step times of the same training step with a local (non-Horovod) optimizer.
 
+    Each step from its batch-begin to the next one's, like the distributed steps and the
+    run's steady step time: Keras' work between steps is part of a step at every world
+    size, 1 included (timed to the batch-end hook, a 1-rank prediction missed it).
     Recompiles ``model``: call only once its trained weights are saved.
     """
     model.compile(optimizer=build_optimizer(cfg.optimizer, plan.scaled_lr),
                   **compile_spec(task, float(cfg.train.label_smoothing)))  # fmt: skip
-    local = _timed_fit(model, batches, steps).durations()
+    local = _timed_fit(model, batches, steps).cycles()  # as the run's steps are timed
     every_rank = hvd.allgather(tf.constant(local, tf.float64), name="scaling_probe.compute")
     return [float(t) for t in every_rank.numpy()]
 
