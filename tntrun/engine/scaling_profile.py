@@ -9,8 +9,9 @@ as they did while training):
    DistributedOptimizer sends them), whose cost beyond the fitted ring is the
    per-update overhead;
 3. times the real distributed training step (compute and allreduce in one
-   step, as in training; mean wall time per step), then the same step with a
-   local optimizer instead of Horovod's, i.e. without communication; what the
+   step, as in training; mean wall time per step, each from its begin to the
+   next one's), then the same step, timed the same way, with a local optimizer
+   instead of Horovod's, i.e. without communication; what the
    distributed step takes beyond compute plus allreduce measured apart is
    the model's interaction term.
 
