@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 UNITS = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9}  # tc's: decimal, bits
 
@@ -38,3 +38,14 @@ def median_and_spread(values: Sequence[float]) -> tuple[float, float]:
 def within(measured: float, asked: float, tolerance: float) -> bool:
     """Whether ``measured`` is within ``tolerance`` (a fraction) of ``asked``."""
     return abs(measured - asked) <= tolerance * asked
+
+
+def relative_errors(predicted: Sequence[float], measured: Sequence[float]) -> list[float]:
+    """``predicted / measured - 1`` of paired repeats (positive: the prediction is slower)."""
+    return [p / m - 1 for p, m in zip(predicted, measured, strict=True)]
+
+
+def weak_scaling_efficiency(step_ms: Mapping[int, float]) -> dict[int, float]:
+    """Efficiency by world size at a fixed micro-batch: step(1) / step(N), the same number
+    as a sweep report's throughput(N) / (N x throughput(1))."""
+    return {n: step_ms[1] / step for n, step in step_ms.items()}

@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from bench.wire import median_and_spread, parse_rate, ring_bound_s, within
+from bench.wire import (
+    median_and_spread,
+    parse_rate,
+    relative_errors,
+    ring_bound_s,
+    weak_scaling_efficiency,
+    within,
+)
 from tests.conftest import SCRIPTS
 
 
@@ -31,6 +38,34 @@ def test_the_ring_bound_moves_two_n_minus_one_over_n_of_the_data():
 def test_medians_spreads_and_tolerances():
     assert median_and_spread([1.0, 1.2, 0.9]) == (1.0, pytest.approx(0.3))
     assert within(0.93e9, 1e9, 0.10) and not within(0.89e9, 1e9, 0.10)
+
+
+def test_prediction_errors_pair_repeats_and_say_which_way():
+    assert relative_errors([33.0, 20.0], [30.0, 25.0]) == [pytest.approx(0.1), pytest.approx(-0.2)]
+    with pytest.raises(ValueError):
+        relative_errors([1.0, 2.0], [1.0])  # a lost repeat must not shift the pairs
+
+
+def test_weak_scaling_efficiency_is_the_sweep_reports_efficiency():
+    from types import SimpleNamespace
+
+    from tntrun.tracking.report import rows_of
+
+    step_ms = {1: 10.0, 2: 25.0, 4: 40.0}
+    micro = 32  # fixed per rank: throughput(N) = N x micro / step(N)
+
+    def run(n: int) -> SimpleNamespace:
+        return SimpleNamespace(
+            info=SimpleNamespace(run_name=f"job{n}", run_id=str(n), status="FINISHED"),
+            data=SimpleNamespace(
+                params={"plan.world_size": str(n)},
+                metrics={"steady_samples_per_s": n * micro / step_ms[n] * 1e3},
+            ),
+        )
+
+    report = {row["world_size"]: row["scaling_efficiency"] for row in rows_of(map(run, step_ms))}
+    assert weak_scaling_efficiency(step_ms) == pytest.approx(report)
+    assert weak_scaling_efficiency(step_ms) == pytest.approx({1: 1.0, 2: 0.4, 4: 0.25})
 
 
 def shape(hosts, rate: str) -> dict:
