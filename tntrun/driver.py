@@ -127,7 +127,7 @@ def dry_run(cfg: DictConfig, plan: Plan, run_dir: Path, assumed: str | None) -> 
     print(render_plan(plan))
     if assumed:
         print(f"\nnote: {assumed}")
-    print(f"\nLR schedule plot: {write_schedule_chart(plan, run_dir / run_files.LR_PLOT)}")
+    print(f"\nLR schedule chart: {write_schedule_chart(plan, run_dir / run_files.LR_PLOT)}")
     print("dry run: nothing was launched and no run was tracked")
 
 
