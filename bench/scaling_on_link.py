@@ -101,6 +101,10 @@ def main() -> None:
                         four, _ = steady_ms(work, *overrides, "ranks_per_node=2",
                                             *on_hosts(port, key, both))  # fmt: skip
                         profiled.setdefault((name, rate), []).append((measured, predicted, four))
+                        print(f"repeat {repeat + 1} {name} {rate}: 1 rank {single[name][-1]:.1f} ms"
+                              f" (predicted {predicted[1]:.1f}), 2 ranks {measured:.1f}"
+                              f" ({predicted[2]:.1f}), 2x2 {four:.1f} ({predicted[4]:.1f})",
+                              flush=True)  # fmt: skip
                         if repeat == 0:
                             sweeps[name, rate] = swept(
                                 work,

@@ -12,17 +12,36 @@ from tntrun.launch.clock import process_start_time
 from tntrun.launch.driver_alive import DriverHeartbeat, driver_tags, lost_driver, watch_driver
 
 
+def watched(run_dir, lost_after: float) -> tuple[threading.Event, list[str]]:
+    """A rank's watch whose verdict is recorded instead of ending this process."""
+    lost, why = threading.Event(), []
+    watch_driver(run_dir, lambda reason: (why.append(reason), lost.set()), lost_after)
+    return lost, why
+
+
 def test_the_ranks_watch_notices_a_silent_driver_within_the_bound(tmp_path):
+    heartbeat = DriverHeartbeat(tmp_path)  # never started: a driver SIGKILLed after one beat
+    path = tmp_path / run_files.DRIVER_ALIVE
+    lost, why = watched(tmp_path, lost_after=2.0)
+    for count in range(1, 8):  # it beats for 3.5 s, then falls silent without a last word
+        time.sleep(0.5)
+        heartbeat.beat(count)
+    assert not lost.is_set(), "a beating driver was judged gone"
+    silent = time.monotonic()
+    assert lost.wait(5.0), "a silent driver was not noticed"
+    assert 2.0 <= time.monotonic() - silent < 3.5
+    assert len(why) == 1 and why[0].startswith(f"the driver is gone (no heartbeat in {path} for")
+
+
+def test_a_stopped_driver_ends_its_ranks_at_once(tmp_path):
     heartbeat = DriverHeartbeat(tmp_path)
     heartbeat.start()
-    lost = threading.Event()
-    silence: list[float] = []
-    watch_driver(tmp_path, lambda s: (silence.append(s), lost.set()), lost_after=2.0)
-    assert not lost.wait(3.5), "a beating driver was judged gone"
+    lost, why = watched(tmp_path, lost_after=60.0)
+    assert not lost.wait(1.5)
     heartbeat.stop()
     stopped = time.monotonic()
-    assert lost.wait(5.0), "a silent driver was not noticed"
-    assert 2.0 <= silence[0] < 3.5 and time.monotonic() - stopped < 4.0
+    assert lost.wait(2.0) and time.monotonic() - stopped < 1.0
+    assert why == [f"the driver stopped the run ({tmp_path / run_files.DRIVER_ALIVE})"]
 
 
 def test_no_heartbeat_file_no_watch(tmp_path):

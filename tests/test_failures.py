@@ -103,15 +103,18 @@ def test_a_failing_rank_ends_the_job_and_the_run_can_resume(tmp_path, kind):
     assert client.get_run(run.info.run_id).info.status == "FINISHED"
 
 
-def assert_ctrl_c_stops_every_rank_within_10_s(tmp_path, *overrides: str) -> None:
-    """SIGINT to the driver after epoch 1's checkpoint: KILLED, no process of the run left."""
+def assert_ctrl_c_stops_every_rank_within_10_s(tmp_path, *overrides: str, settle_s=0.0) -> None:
+    """SIGINT to the driver after epoch 1's checkpoint: KILLED, no process of the run left
+    (``settle_s`` after the driver's exit: a rank on another host ends by its last beat)."""
     code, seconds, output = run_until(
         tmp_path, (*overrides, *LONG_RUN), "checkpoint saved: epoch 1",
         then=lambda driver: driver.send_signal(signal.SIGINT),
     )  # fmt: skip
     assert code != 0 and seconds < 10, f"ranks took {seconds:.1f} s to stop"
+    exited = time.monotonic()
     run_dir, _, run = the_run(tmp_path, output)
     assert run.info.status == "KILLED"
+    wait_until_no_process_left(run_dir, exited, settle_s)
     assert leftover_processes(run_dir) == []
 
 

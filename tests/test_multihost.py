@@ -103,11 +103,13 @@ def test_a_rank_killed_on_the_second_host_fails_the_run_and_leaves_nothing(netns
     assert code != 0 and seconds < 30, f"the job took {seconds:.1f} s to end after the fault"
     run_dir, _, run = the_run(tmp_path, output)
     assert run.info.status == "FAILED" and run.data.tags["failure.rank"] == "1"
-    # horovodrun's ssh does not stop a remote rank: the driver's heartbeat (driver_alive) does,
-    # 5 s after the driver ends. One pid namespace: pgrep sees both hosts' processes.
+    # horovodrun's ssh does not stop a remote rank: the driver's last beat (driver_alive)
+    # does. One pid namespace: pgrep sees both hosts' processes.
     elapsed = wait_until_no_process_left(run_dir, fault_at, 30)
     assert leftover_processes(run_dir) == [], f"left {elapsed:.1f} s after the fault"
 
 
 def test_ctrl_c_of_a_two_host_run_stops_both_hosts(netns_hosts, tmp_path):
-    assert_ctrl_c_stops_every_rank_within_10_s(tmp_path, *remote(netns_hosts))
+    # The remote rank, which horovodrun's ssh leaves running, ends on the driver's last
+    # beat (driver_alive), within half a second of it.
+    assert_ctrl_c_stops_every_rank_within_10_s(tmp_path, *remote(netns_hosts), settle_s=2.0)

@@ -1,10 +1,12 @@
 """Whether the driver of a run is still alive: its heartbeat file and its process.
 
 While its ranks run, the driver rewrites ``<run dir>/driver.alive`` ("<host> <pid>
-<beat>") every second. Each rank watches the file from a thread and ends itself
-when it has not changed for :data:`LOST_AFTER_S` seconds: a SIGKILLed driver (the
-OOM killer, Slurm's KillWait) takes its ranks along within seconds, on every host
-(the run directory is shared), instead of leaving them training for nobody.
+<beat>") every second, and its last beat says ``stopped``. Each rank watches the
+file from a thread and ends itself at once on ``stopped`` (Ctrl-C, a stall: a rank
+on another host, which horovodrun's ssh leaves running, ends within half a second),
+or when the file has not changed for :data:`LOST_AFTER_S` seconds: a SIGKILLed
+driver (the OOM killer, Slurm's KillWait) takes its ranks along within seconds, on
+every host (the run directory is shared), instead of leaving them training for nobody.
 
 Later tntrun commands judge a RUNNING run's driver from the tags it recorded
 (host, pid, start time) and the same file: :func:`lost_driver`.
@@ -28,6 +30,7 @@ BEAT_S = 1.0
 LOST_AFTER_S = 5.0  # a rank ends this long after the driver's last beat
 STALE_AFTER_S = 120.0  # another host's driver is judged gone by its file's age only
 EXIT_DRIVER_LOST = 75
+STOPPED = "stopped"  # the driver's last beat: its ranks end now
 
 
 def driver_tags() -> dict[str, str]:
@@ -37,7 +40,7 @@ def driver_tags() -> dict[str, str]:
 
 
 class DriverHeartbeat(threading.Thread):
-    """The driver's side: beat until :meth:`stop` (the file stays, with its last beat)."""
+    """The driver's side: beat until :meth:`stop`, which leaves a ``stopped`` beat."""
 
     def __init__(self, run_dir: Path) -> None:
         super().__init__(name="tntrun-driver-heartbeat", daemon=True)
@@ -46,7 +49,7 @@ class DriverHeartbeat(threading.Thread):
         self._identity = f"{socket.gethostname()} {os.getpid()}"
         self.beat(0)
 
-    def beat(self, count: int) -> None:
+    def beat(self, count: int | str) -> None:
         partial = self.path.with_suffix(".tmp")
         partial.write_text(f"{self._identity} {count}\n")
         partial.replace(self.path)
@@ -59,21 +62,25 @@ class DriverHeartbeat(threading.Thread):
                 self.beat(count)
 
     def stop(self) -> None:
+        """Beat no more; any rank still running (on any host) ends at once."""
         self._done.set()
+        if self.is_alive():
+            self.join()
+        with contextlib.suppress(OSError):
+            self.beat(STOPPED)
 
 
-def watch_driver(run_dir: Path, on_lost: Callable[[float], None] | None = None,
+def watch_driver(run_dir: Path, on_lost: Callable[[str], None] | None = None,
                  lost_after: float = LOST_AFTER_S) -> threading.Thread | None:  # fmt: skip
-    """The ranks' side: a thread calling ``on_lost(silence)`` (default: end this process)
-    once the heartbeat has not changed for ``lost_after`` seconds. None without a heartbeat
-    (a rank started by hand)."""
+    """The ranks' side: a thread calling ``on_lost(why)`` (default: end this process)
+    once the driver stopped, or its heartbeat has not changed for ``lost_after`` seconds.
+    None without a heartbeat (a rank started by hand)."""
     path = run_dir / run_files.DRIVER_ALIVE
     if not path.exists():
         return None
 
-    def lost(silence: float) -> None:
-        print(f"tntrun: the driver is gone (no heartbeat in {path} for {silence:.0f} s): "
-              "this rank stops", file=sys.stderr, flush=True)  # fmt: skip
+    def lost(why: str) -> None:
+        print(f"tntrun: {why}: this rank stops", file=sys.stderr, flush=True)
         os._exit(EXIT_DRIVER_LOST)
 
     def watch() -> None:
@@ -84,10 +91,14 @@ def watch_driver(run_dir: Path, on_lost: Callable[[float], None] | None = None,
             except OSError:
                 beat = last
             now = time.monotonic()
+            if beat is not None and beat.split()[-1:] == [STOPPED]:
+                (on_lost or lost)(f"the driver stopped the run ({path})")
+                return
             if beat != last:
                 last, changed = beat, now
             elif now - changed >= lost_after:
-                (on_lost or lost)(now - changed)
+                silence = f"no heartbeat in {path} for {now - changed:.0f} s"
+                (on_lost or lost)(f"the driver is gone ({silence})")
                 return
             time.sleep(BEAT_S / 2)
 
