@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
@@ -24,10 +25,11 @@ def finished_run(work: Path, stdout: str):
     return MlflowClient(f"sqlite:///{work / 'mlflow.db'}"), run_id
 
 
-def run_tntrun(work: Path, *overrides: str):
-    """Run ``tntrun`` with its outputs and MLflow store in ``work``; (store client, run id)."""
-    out = subprocess.run(tntrun_command(work, *overrides), cwd=work, capture_output=True,
-                         text=True, check=True).stdout  # fmt: skip
+def run_tntrun(work: Path, *overrides: str, prefix: Sequence[str] = ()):
+    """Run ``tntrun`` (after ``prefix``, e.g. ``taskset -c 0``) with its outputs and MLflow
+    store in ``work``; (store client, run id)."""
+    out = subprocess.run([*prefix, *tntrun_command(work, *overrides)], cwd=work,
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
     return finished_run(work, out)
 
 

@@ -12,12 +12,15 @@ and link rate, one `predict_scaling=true` run on 2 hosts x 1 rank profiles
 compute and allreduce across the shaped link and predicts the step time on
 1..1024 ranks; its error at 2 ranks compares with its own measured steady
 step. Held out, each measured in its own run: 1 rank (one host, no
-communication) and 2 hosts x 2 ranks on the same link (4 single-threaded ranks
-on 2 cores: 2x oversubscribed, which no prediction for 4 separate cores can
-know). Runs interleave workloads and rates `repeats` times; medians, and the
-range. In the first repeat a real sweep, `tntrun -m hosts=[h1],[h1,h2]`, per
-workload and rate gives the scaling-efficiency report to set beside the
-predicted efficiency step(1) / step(2).
+communication) pinned to one core (`taskset -c 0`: a 1-core host, as each
+profiled host is) and, as a user would run it here, unpinned (its input
+pipeline and Keras' threads then use the idle second core); 2 hosts x 2 ranks
+on the same link (4 single-threaded ranks on 2 cores: 2x oversubscribed, which
+no prediction for 4 separate cores can know). Runs interleave workloads and
+rates `repeats` times; medians, and the range. In the first repeat a real
+sweep, `tntrun -m hosts=[h1],[h1,h2]`, per workload and rate gives the
+scaling-efficiency report to set beside the predicted efficiency
+step(1) / step(2).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ WORKLOADS = {
 WEAK = ("micro_batch_size=32", "threads_per_rank=1")
 PREDICTED_AT = (1, 2, 4, 8, 64)
 HOST_1, HOST_2 = "10.77.0.1", "10.77.0.2"
+ONE_CORE = ("taskset", "-c", "0")
 
 
 def on_hosts(port: str, key: str, hosts: str) -> tuple[str, ...]:
@@ -52,9 +56,9 @@ def on_hosts(port: str, key: str, hosts: str) -> tuple[str, ...]:
             "horovod.network_interface=tnt0")  # fmt: skip
 
 
-def steady_ms(work: Path, *overrides: str) -> tuple[float, dict[int, float]]:
+def steady_ms(work: Path, *overrides: str, prefix=()) -> tuple[float, dict[int, float]]:
     """(measured steady step ms, predicted step ms by world size when predicted)."""
-    client, run_id = run_tntrun(work, *overrides, *WEAK)
+    client, run_id = run_tntrun(work, *overrides, *WEAK, prefix=prefix)
     metrics = client.get_run(run_id).data.metrics
     history = client.get_metric_history(run_id, "predicted_step_time_ms")
     return metrics["steady_step_time_ms"], {m.step: m.value for m in history}
@@ -79,7 +83,8 @@ def main() -> None:
     workloads = {name: WORKLOADS[name] for name in args.workloads.split(",")}
     # (workload, rate) -> list of (measured 2, predicted {N: ms}, measured 2x2); workload -> 1
     profiled: dict[tuple[str, str], list[tuple[float, dict[int, float], float]]] = {}
-    single: dict[str, list[float]] = {}
+    single: dict[str, list[float]] = {}  # 1 rank on the 2-core machine
+    one_core: dict[str, list[float]] = {}  # 1 rank pinned to one core
     sweeps: dict[tuple[str, str], dict[int, dict[str, str]]] = {}
     tcp: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="tntrun-scaling-") as tmp:
@@ -93,6 +98,9 @@ def main() -> None:
                     single.setdefault(name, []).append(
                         steady_ms(work, *overrides, "ranks_per_node=1")[0]
                     )
+                    one_core.setdefault(name, []).append(
+                        steady_ms(work, *overrides, "ranks_per_node=1", prefix=ONE_CORE)[0]
+                    )
                     for rate in rates:
                         tcp[rate] = shape(state, rate)
                         measured, predicted = steady_ms(work, *overrides, "ranks_per_node=1",
@@ -101,7 +109,8 @@ def main() -> None:
                         four, _ = steady_ms(work, *overrides, "ranks_per_node=2",
                                             *on_hosts(port, key, both))  # fmt: skip
                         profiled.setdefault((name, rate), []).append((measured, predicted, four))
-                        print(f"repeat {repeat + 1} {name} {rate}: 1 rank {single[name][-1]:.1f} ms"
+                        print(f"repeat {repeat + 1} {name} {rate}: 1 rank {one_core[name][-1]:.1f}"
+                              f" ms on 1 core, {single[name][-1]:.1f} on 2"
                               f" (predicted {predicted[1]:.1f}), 2 ranks {measured:.1f}"
                               f" ({predicted[2]:.1f}), 2x2 {four:.1f} ({predicted[4]:.1f})",
                               flush=True)  # fmt: skip
@@ -115,7 +124,7 @@ def main() -> None:
                             )
         finally:
             subprocess.run(["bash", str(NETNS), "down", str(state)], check=False)
-    report(profiled, single, tcp)
+    report(profiled, single, one_core, tcp)
     report_sweeps(profiled, single, sweeps)
 
 
@@ -123,22 +132,36 @@ def spread(values: list[float]) -> str:
     return f"{min(values):+.1%}..{max(values):+.1%}"
 
 
-def report(profiled, single, tcp) -> None:
+def report(profiled, single, one_core, tcp) -> None:
     med = statistics.median
     print(f"{len(single[next(iter(single))])} repeats; medians, error = predicted / measured - 1\n")
-    print("| workload | link (TCP Gbit/s) | 2 ranks measured ms | predicted | error | range "
-          "| 1 rank measured | predicted | error | range | 2x2 measured | predicted | error "
-          "| range |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| workload | link (TCP Gbit/s) | 2 ranks measured ms | predicted | error | range |")
+    print("|---|---|---|---|---|---|")
     for (name, rate), rows in profiled.items():
-        errors2 = relative_errors([p[2] for _, p, _ in rows], [m for m, _, _ in rows])
-        errors1 = relative_errors([p[1] for _, p, _ in rows], single[name])
+        errors = relative_errors([p[2] for _, p, _ in rows], [m for m, _, _ in rows])
+        cells = [
+            name,
+            f"{rate} ({tcp[rate] / 1e9:.2f})",
+            f"{med(m for m, _, _ in rows):.1f}",
+            f"{med(p[2] for _, p, _ in rows):.1f}",
+            f"{med(errors):+.1%}",
+            spread(errors),
+        ]
+        print("| " + " | ".join(cells) + " |")  # fmt: skip
+    print("\nheld out (world sizes the profile was not taken at), medians and error ranges:\n")
+    print(
+        "| workload | link | 1 rank predicted ms | 1 core measured | error | range "
+        "| 2 cores measured | error | range | 2x2 measured | predicted | error | range |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
+    for (name, rate), rows in profiled.items():
+        predicted1 = [p[1] for _, p, _ in rows]
+        errors1 = relative_errors(predicted1, one_core[name])
+        errors1_both = relative_errors(predicted1, single[name])
         errors4 = relative_errors([p[4] for _, p, _ in rows], [f for _, _, f in rows])
-        cells = [f"{name}", f"{rate} ({tcp[rate] / 1e9:.2f})",
-                 f"{med(m for m, _, _ in rows):.1f}", f"{med(p[2] for _, p, _ in rows):.1f}",
-                 f"{med(errors2):+.1%}", spread(errors2),
-                 f"{med(single[name]):.1f}", f"{med(p[1] for _, p, _ in rows):.1f}",
-                 f"{med(errors1):+.1%}", spread(errors1),
+        cells = [name, rate, f"{med(predicted1):.1f}",
+                 f"{med(one_core[name]):.1f}", f"{med(errors1):+.1%}", spread(errors1),
+                 f"{med(single[name]):.1f}", f"{med(errors1_both):+.1%}", spread(errors1_both),
                  f"{med(f for _, _, f in rows):.1f}", f"{med(p[4] for _, p, _ in rows):.1f}",
                  f"{med(errors4):+.1%}", spread(errors4)]  # fmt: skip
         print("| " + " | ".join(cells) + " |")
