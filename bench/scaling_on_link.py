@@ -1,7 +1,7 @@
 """The scaling predictor on the network it predicts for: profiled across two shaped hosts.
 
     .venv/bin/python bench/scaling_on_link.py [--rates 1gbit,5gbit] [--repeats 5]
-           [--workloads cnn,resnet_synthetic]
+           [--workloads cnn,resnet_synthetic] [--cores-per-rank 0.5]
 
 Needs root (scripts/netns_hosts.sh). Weak scaling, as the predictor predicts:
 every run keeps 32 samples per rank (`micro_batch_size=32`) and uses 1
@@ -21,12 +21,20 @@ rates `repeats` times; medians, and the range. In the first repeat a real
 sweep, `tntrun -m hosts=[h1],[h1,h2]`, per workload and rate gives the
 scaling-efficiency report to set beside the predicted efficiency
 step(1) / step(2).
+
+With `--cores-per-rank C` every rank computes on C cores, as on hosts with a
+core share per rank: each host's processes get a CPU quota of C x its ranks
+(`netns_hosts.sh cpu`), so 2 hosts x 2 ranks at C = 0.5 use the machine's 2
+cores without oversubscription, as the profile's 2 x 1 ranks at 0.5 do. The
+1 rank held out then runs on one host with C cores; the unpinned local run and
+the sweep are left out.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import statistics
 import subprocess
 import sys
@@ -48,6 +56,13 @@ WEAK = ("micro_batch_size=32", "threads_per_rank=1")
 PREDICTED_AT = (1, 2, 4, 8, 64)
 HOST_1, HOST_2 = "10.77.0.1", "10.77.0.2"
 ONE_CORE = ("taskset", "-c", "0")
+
+
+def set_cpu(state: Path, cores: float) -> float:
+    """Give each host ``cores`` cores (a CFS quota); the share measured on host 1."""
+    out = subprocess.run(["bash", str(NETNS), "cpu", str(state), f"{cores:g}"],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    return json.loads(out.strip().splitlines()[-1])["cores"]
 
 
 def on_hosts(port: str, key: str, hosts: str) -> tuple[str, ...]:
@@ -78,7 +93,10 @@ def main() -> None:
     parser.add_argument("--rates", default="1gbit,5gbit")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--cores-per-rank", type=float, default=None,
+                        help="every rank's CPU share, a quota on each host (e.g. 0.5)")  # fmt: skip
     args = parser.parse_args()
+    cores = args.cores_per_rank
     rates = args.rates.split(",")
     workloads = {name: WORKLOADS[name] for name in args.workloads.split(",")}
     # (workload, rate) -> list of (measured 2, predicted {N: ms}, measured 2x2); workload -> 1
@@ -95,26 +113,35 @@ def main() -> None:
         try:
             for repeat in range(args.repeats):
                 for name, overrides in workloads.items():
-                    single.setdefault(name, []).append(
-                        steady_ms(work, *overrides, "ranks_per_node=1")[0]
-                    )
-                    one_core.setdefault(name, []).append(
-                        steady_ms(work, *overrides, "ranks_per_node=1", prefix=ONE_CORE)[0]
-                    )
+                    if cores is None:
+                        single.setdefault(name, []).append(
+                            steady_ms(work, *overrides, "ranks_per_node=1")[0]
+                        )
+                        one_core.setdefault(name, []).append(
+                            steady_ms(work, *overrides, "ranks_per_node=1", prefix=ONE_CORE)[0]
+                        )
+                    else:  # no communication: the link's rate does not matter
+                        print(f"host CPU: {set_cpu(state, cores):.2f} cores", flush=True)
+                        one_core.setdefault(name, []).append(steady_ms(
+                            work, *overrides, "ranks_per_node=1",
+                            *on_hosts(port, key, f"[{HOST_1}]"))[0])  # fmt: skip
                     for rate in rates:
                         tcp[rate] = shape(state, rate)
+                        if cores is not None:
+                            set_cpu(state, cores)
                         measured, predicted = steady_ms(work, *overrides, "ranks_per_node=1",
                                                         *on_hosts(port, key, both),
                                                         "predict_scaling=true")  # fmt: skip
+                        if cores is not None:
+                            print(f"host CPU: {set_cpu(state, 2 * cores):.2f} cores", flush=True)
                         four, _ = steady_ms(work, *overrides, "ranks_per_node=2",
                                             *on_hosts(port, key, both))  # fmt: skip
                         profiled.setdefault((name, rate), []).append((measured, predicted, four))
                         print(f"repeat {repeat + 1} {name} {rate}: 1 rank {one_core[name][-1]:.1f}"
-                              f" ms on 1 core, {single[name][-1]:.1f} on 2"
-                              f" (predicted {predicted[1]:.1f}), 2 ranks {measured:.1f}"
-                              f" ({predicted[2]:.1f}), 2x2 {four:.1f} ({predicted[4]:.1f})",
-                              flush=True)  # fmt: skip
-                        if repeat == 0:
+                              f" ms held out (predicted {predicted[1]:.1f}), 2 ranks"
+                              f" {measured:.1f} ({predicted[2]:.1f}), 2x2 {four:.1f}"
+                              f" ({predicted[4]:.1f})", flush=True)  # fmt: skip
+                        if repeat == 0 and cores is None:
                             sweeps[name, rate] = swept(
                                 work,
                                 f"{name}-{rate}",
@@ -124,17 +151,20 @@ def main() -> None:
                             )
         finally:
             subprocess.run(["bash", str(NETNS), "down", str(state)], check=False)
-    report(profiled, single, one_core, tcp)
-    report_sweeps(profiled, single, sweeps)
+    report(profiled, single, one_core, tcp, cores)
+    if sweeps:
+        report_sweeps(profiled, single, sweeps)
 
 
 def spread(values: list[float]) -> str:
     return f"{min(values):+.1%}..{max(values):+.1%}"
 
 
-def report(profiled, single, one_core, tcp) -> None:
+def report(profiled, single, one_core, tcp, cores: float | None) -> None:
     med = statistics.median
-    print(f"{len(single[next(iter(single))])} repeats; medians, error = predicted / measured - 1\n")
+    held_out = "1 core" if cores is None else f"1 host of {cores:g} core"
+    print(f"{len(one_core[next(iter(one_core))])} repeats; medians, error = predicted / measured"
+          f" - 1{'' if cores is None else f'; every rank on {cores:g} core'}\n")  # fmt: skip
     print("| workload | link (TCP Gbit/s) | 2 ranks measured ms | predicted | error | range |")
     print("|---|---|---|---|---|---|")
     for (name, rate), rows in profiled.items():
@@ -149,21 +179,24 @@ def report(profiled, single, one_core, tcp) -> None:
         ]
         print("| " + " | ".join(cells) + " |")  # fmt: skip
     print("\nheld out (world sizes the profile was not taken at), medians and error ranges:\n")
-    print(
-        "| workload | link | 1 rank predicted ms | 1 core measured | error | range "
-        "| 2 cores measured | error | range | 2x2 measured | predicted | error | range |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
+    header = ["workload", "link", "1 rank predicted ms", f"{held_out} measured", "error", "range"]
+    if single:
+        header += ["2 cores measured", "error", "range"]
+    header += ["2x2 measured", "predicted", "error", "range"]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
     for (name, rate), rows in profiled.items():
         predicted1 = [p[1] for _, p, _ in rows]
         errors1 = relative_errors(predicted1, one_core[name])
-        errors1_both = relative_errors(predicted1, single[name])
         errors4 = relative_errors([p[4] for _, p, _ in rows], [f for _, _, f in rows])
         cells = [name, rate, f"{med(predicted1):.1f}",
-                 f"{med(one_core[name]):.1f}", f"{med(errors1):+.1%}", spread(errors1),
-                 f"{med(single[name]):.1f}", f"{med(errors1_both):+.1%}", spread(errors1_both),
-                 f"{med(f for _, _, f in rows):.1f}", f"{med(p[4] for _, p, _ in rows):.1f}",
-                 f"{med(errors4):+.1%}", spread(errors4)]  # fmt: skip
+                 f"{med(one_core[name]):.1f}", f"{med(errors1):+.1%}", spread(errors1)]  # fmt: skip
+        if single:
+            errors1_both = relative_errors(predicted1, single[name])
+            cells += [f"{med(single[name]):.1f}", f"{med(errors1_both):+.1%}",
+                      spread(errors1_both)]  # fmt: skip
+        cells += [f"{med(f for _, _, f in rows):.1f}", f"{med(p[4] for _, p, _ in rows):.1f}",
+                  f"{med(errors4):+.1%}", spread(errors4)]  # fmt: skip
         print("| " + " | ".join(cells) + " |")
     print("\npredicted step ms (efficiency step(1) / step(N)) by world size, medians:\n")
     print("| workload | link | " + " | ".join(f"{n} ranks" for n in PREDICTED_AT) + " |")

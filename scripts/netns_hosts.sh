@@ -7,10 +7,18 @@
 #   scripts/netns_hosts.sh down STATE_DIR
 #   scripts/netns_hosts.sh shape STATE_DIR RATE   # e.g. 1gbit, 5gbit, or off; prints the
 #                                                 # TCP rate measured tnt-h1 -> tnt-h2, bit/s
+#   scripts/netns_hosts.sh cpu STATE_DIR CORES    # e.g. 0.5, 1, or off; prints the cores
+#                                                 # a host's processes then get (measured)
 #
 # Shaping: a token bucket (tc tbf) on each host's egress, so each direction of the
 # link carries at most RATE, as on a full-duplex NIC of that speed (this kernel has no
 # netem: no delay can be added). The measurement is a plain TCP transfer (link_rate.py).
+#
+# CPU: the hosts share this machine's cores. `cpu` puts each host's sshd, and so every
+# process started over ssh there (ranks, their threads), in a cgroup of its own with a CFS
+# quota of CORES per 10 ms period, so a host computes as a host with that many cores
+# would, whatever the other does. The measurement: busy processes in host 1's cgroup
+# (cpu_share.py).
 #
 # Hosts: 10.77.0.1 (tnt-h1) and 10.77.0.2 (tnt-h2), named so in /etc/hosts here too (as
 # cluster nodes are; removed by `down`); the root namespace is
@@ -24,9 +32,23 @@ BRIDGE=tnt0  # same name as the hosts' interface: Horovod looks the NIC up on th
 HOSTS=(1 2)
 HOSTS_TAG="# tntrun netns host"  # their names in this namespace's /etc/hosts, as on a cluster
 
+CPU_PERIOD_US=10000  # a throttled host waits at most this long for its next share
+
+# The cgroup folder of host $1 under a CPU controller that takes a quota (v2's cpu.max or
+# v1's cpu.cfs_quota_us), empty when the machine has neither.
+cpu_cgroup() {
+  if grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
+    echo "/sys/fs/cgroup/tntrun-h$1"
+  elif [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then
+    echo "/sys/fs/cgroup/cpu/tntrun-h$1"
+  fi
+}
+
 down() {
   for i in "${HOSTS[@]}"; do
     if [ -f "$STATE/sshd.$i.pid" ]; then kill "$(cat "$STATE/sshd.$i.pid")" 2>/dev/null || true; fi
+    cg=$(cpu_cgroup "$i")
+    if [ -n "$cg" ] && [ -d "$cg" ]; then rmdir "$cg" 2>/dev/null || true; fi
     ip netns del "tnt-h$i" 2>/dev/null || true
     rm -rf "/etc/netns/tnt-h$i"
     ip link del "tntv$i" 2>/dev/null || true
@@ -114,9 +136,36 @@ print(int(float(m[1]) * {'': 1, 'k': 1e3, 'm': 1e6, 'g': 1e9}[m[2]]))" "$rate") 
   wait "$server"
 }
 
+cpu() {
+  local cores=${1:?usage: netns_hosts.sh cpu STATE_DIR CORES|off}
+  local quota=-1 cg
+  if [ "$cores" != off ]; then
+    quota=$(python3 -c "import sys; q = round(float(sys.argv[1]) * $CPU_PERIOD_US); \
+assert q >= 1000; print(q)" "$cores" 2>/dev/null) \
+      || { echo "CORES: e.g. 0.5, 1, 2 or off (at least 0.1; got $cores)" >&2; exit 2; }
+  fi
+  [ -n "$(cpu_cgroup 1)" ] || { echo "no cgroup CPU controller (cpu.max or cpu.cfs_quota_us)" >&2; exit 1; }
+  if [ -f /sys/fs/cgroup/cgroup.subtree_control ]; then  # v2: the root hands cpu down
+    echo +cpu > /sys/fs/cgroup/cgroup.subtree_control
+  fi
+  for i in "${HOSTS[@]}"; do
+    cg=$(cpu_cgroup "$i")
+    mkdir -p "$cg"
+    if [ -f "$cg/cpu.max" ]; then
+      if [ "$quota" = -1 ]; then echo "max $CPU_PERIOD_US"; else echo "$quota $CPU_PERIOD_US"; fi > "$cg/cpu.max"
+    else
+      echo "$CPU_PERIOD_US" > "$cg/cpu.cfs_period_us"
+      echo "$quota" > "$cg/cpu.cfs_quota_us"
+    fi
+    echo "$(cat "$STATE/sshd.$i.pid")" > "$cg/cgroup.procs"  # new ssh sessions start in it
+  done
+  python3 "$(dirname "$(readlink -f "$0")")/cpu_share.py" "$(cpu_cgroup 1)" "${TNT_MEASURE_S:-2}"
+}
+
 case "$ACTION" in
   up) up ;;
   down) down ;;
   shape) shape "${3:-}" ;;
-  *) echo "usage: netns_hosts.sh up|down|shape STATE_DIR [RATE]" >&2; exit 2 ;;
+  cpu) cpu "${3:-}" ;;
+  *) echo "usage: netns_hosts.sh up|down|shape|cpu STATE_DIR [RATE|CORES]" >&2; exit 2 ;;
 esac

@@ -1,8 +1,9 @@
-"""The shaped link between the test hosts, and the arithmetic of the benchmarks on it."""
+"""The shaped link and CPU share of the test hosts, and the arithmetic of the benchmarks on them."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -85,3 +86,34 @@ def test_a_shaped_link_carries_the_rate_asked(netns_hosts):
     finally:
         unshaped = shape(netns_hosts, "off")["bits_per_s"]  # the other tests' link
     assert unshaped > 2e9
+
+
+def set_cpu(hosts, cores: str) -> dict:
+    """Each host's CPU quota; the share measured over 1 s (100 quota periods)."""
+    done = subprocess.run(["bash", str(SCRIPTS / "netns_hosts.sh"), "cpu",
+                           str(Path(hosts.key).parent), cores],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "TNT_MEASURE_S": "1"})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_cpu_share_is_a_number_of_cores(tmp_path):
+    for bad in ("half", "0.01"):
+        done = subprocess.run(["bash", str(SCRIPTS / "netns_hosts.sh"), "cpu", str(tmp_path), bad],
+                              capture_output=True, text=True)  # fmt: skip
+        assert done.returncode == 2 and "CORES: e.g. 0.5" in done.stderr, done.stderr
+
+
+@pytest.mark.slow
+def test_a_host_gets_the_cpu_share_asked(netns_hosts):
+    if not any(Path(p).exists() for p in ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us",
+                                          "/sys/fs/cgroup/cgroup.controllers")):  # fmt: skip
+        pytest.skip("no cgroup CPU controller on this machine")
+    try:
+        for cores in ("0.5", "1"):
+            measured = set_cpu(netns_hosts, cores)["cores"]
+            assert within(measured, float(cores), 0.10), (cores, measured)
+    finally:
+        unlimited = set_cpu(netns_hosts, "off")["cores"]  # the other tests' hosts
+    assert unlimited > 1.5  # both cores

@@ -4,7 +4,8 @@ NaN or infinite, and the trainer fails the run or rolls back to the last good st
 The rank-averaged loss is allreduced inside the training step, in the same
 Horovod cycle as the gradients (:mod:`tntrun.engine.step_agreement`), so every
 rank reads the same value after the step and decides alike, without an extra
-round of communication. Reading it costs one small read per step.
+round of communication. Reading it costs one small read per step, shared with the
+preemption guard.
 """
 
 from __future__ import annotations
@@ -34,11 +35,12 @@ class NonFiniteLoss(RuntimeError):
 class NonFiniteGuard(keras.callbacks.Callback):
     """After every training step: raise :class:`NonFiniteLoss` when the averaged loss is
     not finite. Every rank reads the same value, so all raise at the same step, before
-    any epoch-end work (no checkpoint is written from the bad state)."""
+    any epoch-end work (no checkpoint is written from the bad state). ``agreement`` is
+    a callback placed before this one (it reads the value)."""
 
     def __init__(self, agreement: StepAgreement) -> None:
         super().__init__()
-        self._supports_tf_logs = True  # reads one variable, not the logs
+        self._supports_tf_logs = True  # uses no logs
         self.agreement = agreement
         self._epoch = 0
 
@@ -46,7 +48,7 @@ class NonFiniteGuard(keras.callbacks.Callback):
         self._epoch = epoch
 
     def on_train_batch_end(self, batch, logs=None):
-        loss, _ = self.agreement.read()
+        loss = self.agreement.loss
         if not math.isfinite(loss):
             step = int(self.model.optimizer.iterations.numpy()) - 1  # the step that computed it
             raise NonFiniteLoss(loss, self._epoch + 1, step)

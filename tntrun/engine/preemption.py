@@ -37,12 +37,13 @@ class Preempted(Exception):
 
 class PreemptionGuard(keras.callbacks.Callback):
     """Every rank: pass a pending stop request into the next step; raise :class:`Preempted`
-    on every rank after the step in which any rank passed one."""
+    on every rank after the step in which any rank passed one. ``agreement`` is a callback
+    placed before this one (it reads the step's stop request)."""
 
     def __init__(self, requests: StopRequests, agreement: StepAgreement,
                  steps_per_epoch: int, epochs: int) -> None:  # fmt: skip
         super().__init__()
-        self._supports_tf_logs = True  # reads one variable, not the logs
+        self._supports_tf_logs = True  # uses no logs
         self.requests, self.agreement = requests, agreement
         self.steps_per_epoch, self.epochs = steps_per_epoch, epochs
         self._asked = False
@@ -64,8 +65,7 @@ class PreemptionGuard(keras.callbacks.Callback):
             self.agreement.request_stop()
 
     def on_train_batch_end(self, batch, logs=None):
-        _, stop = self.agreement.read()
-        if stop:
+        if self.agreement.stop:
             epoch, done = self._epoch, self._first_batch + batch + 1
             if done >= self.steps_per_epoch:  # the epoch's last batch: its end-of-epoch work
                 epoch, done = epoch + 1, 0  # (validation, its checkpoint) is skipped

@@ -13,14 +13,22 @@ from typing import Any
 
 import horovod.tensorflow as hvd
 import tensorflow as tf
+import tf_keras as keras
 
 
-class StepAgreement:
-    """The last step's rank-averaged loss and stop request, read after the step."""
+class StepAgreement(keras.callbacks.Callback):
+    """The last step's rank-averaged loss and stop request.
+
+    As a callback placed before the guards that use it, it reads both once after
+    each training step into :attr:`loss` and :attr:`stop`.
+    """
 
     def __init__(self) -> None:
+        super().__init__()
+        self._supports_tf_logs = True  # reads one variable, not the logs
         self.local_stop = tf.Variable(0.0, trainable=False, name="tntrun_local_stop")
         self.averaged = tf.Variable([0.0, 0.0], trainable=False, name="tntrun_step_agreement")
+        self.loss, self.stop = 0.0, False
 
     def request_stop(self) -> None:
         """This rank asks to stop; the ranks stop together after the next step."""
@@ -29,7 +37,11 @@ class StepAgreement:
     def read(self) -> tuple[float, bool]:
         """(rank-averaged loss, whether any rank asked to stop), the same on every rank."""
         loss, stop = self.averaged.numpy()
-        return float(loss), bool(stop > 0)
+        self.loss, self.stop = float(loss), bool(stop > 0)
+        return self.loss, self.stop
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.read()
 
 
 def agree_after_each_step(optimizer: Any) -> StepAgreement:

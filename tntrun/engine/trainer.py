@@ -152,9 +152,13 @@ def train(cfg: Any, plan: Plan, run_dir: Path,
     metrics_log = MetricsWriter(run_dir) if rank == 0 else None
     throughput = cb.Throughput(plan.global_batch_size)
     sync_guard = cb.WeightSyncGuard(int(cfg.train.check_sync_every_epochs))
+    requests = requests or StopRequests([], run_dir)
+    preemption = PreemptionGuard(requests, agreement, plan.steps_per_epoch, plan.epochs)
     callbacks: list[keras.callbacks.Callback] = [
         throughput,  # first: its epoch time leaves out the others' per-epoch work
+        agreement,  # reads the step's averaged loss and stop request for the two guards
         NonFiniteGuard(agreement),  # before any other callback sees a bad step
+        preemption,  # after the non-finite guard: a bad step is not saved
         sync_guard,
         cb.LearningRateLogger(),
         cb.AverageTrainMetrics(plan.steps_per_epoch * plan.micro_batch_size),
@@ -181,9 +185,6 @@ def train(cfg: Any, plan: Plan, run_dir: Path,
     def stream(first_epoch: int):
         return input_pipelines(cfg, plan, dataset, info, rank, size, first_epoch)[0]
 
-    requests = requests or StopRequests([], run_dir)
-    preemption = PreemptionGuard(requests, agreement, plan.steps_per_epoch, plan.epochs)
-    callbacks.insert(2, preemption)  # after the non-finite guard: a bad step is not saved
     try:
         history = fit_with_rollbacks(model, optimizer, cfg, plan, run_dir, train_ds, stream,
                                      callbacks, metrics_log, preemption)  # fmt: skip
