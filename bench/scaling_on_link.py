@@ -23,9 +23,10 @@ scaling-efficiency report to set beside the predicted efficiency
 step(1) / step(2).
 
 With `--cores-per-rank C` every rank computes on C cores, as on hosts with a
-core share per rank: each host's processes get a CPU quota of C x its ranks
-(`netns_hosts.sh cpu`), so 2 hosts x 2 ranks at C = 0.5 use the machine's 2
-cores without oversubscription, as the profile's 2 x 1 ranks at 0.5 do. The
+core share per rank: each host's processes get a core of their own and a CPU
+quota of C x its ranks (`netns_hosts.sh cpu`), so 2 hosts x 2 ranks at C = 0.5
+use the machine's 2 cores without oversubscription, as the profile's 2 x 1
+ranks at 0.5 do, and no host computes on the other's core. The
 1 rank held out then runs on one host with C cores; the unpinned local run and
 the sweep are left out.
 """
@@ -59,7 +60,8 @@ ONE_CORE = ("taskset", "-c", "0")
 
 
 def set_cpu(state: Path, cores: float) -> float:
-    """Give each host ``cores`` cores (a CFS quota); the share measured on host 1."""
+    """Give each host ``cores`` cores (a core of its own, a CFS quota); the share measured
+    on host 1."""
     out = subprocess.run(["bash", str(NETNS), "cpu", str(state), f"{cores:g}"],
                          capture_output=True, text=True, check=True).stdout  # fmt: skip
     return json.loads(out.strip().splitlines()[-1])["cores"]

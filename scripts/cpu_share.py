@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Measure the CPU a cgroup grants: busy processes inside it, their CPU time over wall time.
+"""Measure the CPU cgroups grant: busy processes inside them, their CPU time over wall time.
 
-    cpu_share.py CGROUP_DIR [SECONDS] [PROCESSES]   # prints {"cores": ..., "seconds": ...}
+    cpu_share.py SECONDS CGROUP_DIR...   # prints {"cores": ..., "seconds": ...}
 
-This process joins the cgroup (writes its pid to ``cgroup.procs``) and forks
-PROCESSES busy loops (default 2, so a limit up to 2 cores shows) that spin for
-SECONDS (default 2); the cores granted are their user + system CPU time over
-the wall time. Standard library only: it runs under the system Python.
+This process joins the cgroups (writes its pid to each ``cgroup.procs``) and
+forks 2 busy loops (so a limit up to 2 cores shows) that spin for SECONDS; the
+cores granted are their user + system CPU time over the wall time. Standard
+library only: it runs under the system Python.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ def spin_until(deadline: float) -> None:
         pass
 
 
-def measure(cgroup: Path, seconds: float, processes: int) -> dict[str, float]:
-    (cgroup / "cgroup.procs").write_text(str(os.getpid()))  # the children inherit it
+def measure(cgroups: list[Path], seconds: float, processes: int = 2) -> dict[str, float]:
+    for cgroup in cgroups:
+        (cgroup / "cgroup.procs").write_text(str(os.getpid()))  # the children inherit them
     start = time.monotonic()
     deadline = start + seconds
     children = []
@@ -42,7 +43,4 @@ def measure(cgroup: Path, seconds: float, processes: int) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    where = Path(sys.argv[1])
-    span = float(sys.argv[2]) if len(sys.argv) > 2 else 2.0
-    count = int(sys.argv[3]) if len(sys.argv) > 3 else 2
-    print(json.dumps(measure(where, span, count)), flush=True)
+    print(json.dumps(measure([Path(p) for p in sys.argv[2:]], float(sys.argv[1]))), flush=True)

@@ -15,14 +15,12 @@
 # netem: no delay can be added). The measurement is a plain TCP transfer (link_rate.py).
 #
 # CPU: the hosts share this machine's cores. `cpu` puts each host's sshd, and so every
-# process started over ssh there (ranks, their threads), in a cgroup of its own with a CFS
-# quota of CORES per 10 ms period, so a host computes as a host with that many cores
-# would, whatever the other does. The measurement: busy processes in host 1's cgroup
+# process started over ssh there (ranks, their threads), in cgroups of its own: a cpuset
+# of ceil(CORES) cores no other host uses (when the machine has enough) and a CFS quota of
+# CORES per 10 ms period, so a host computes as a separate host of that size would,
+# whatever the other does. The measurement: busy processes in host 1's cgroups
 # (cpu_share.py).
 #
-# Hosts: 10.77.0.1 (tnt-h1) and 10.77.0.2 (tnt-h2), named so in /etc/hosts here too (as
-# cluster nodes are; removed by `down`); the root namespace is
-# 10.77.0.254 on bridge tnt0. Traffic stays on these addresses.
 set -euo pipefail
 
 ACTION=${1:?usage: netns_hosts.sh up|down STATE_DIR}
@@ -34,21 +32,22 @@ HOSTS_TAG="# tntrun netns host"  # their names in this namespace's /etc/hosts, a
 
 CPU_PERIOD_US=10000  # a throttled host waits at most this long for its next share
 
-# The cgroup folder of host $1 under a CPU controller that takes a quota (v2's cpu.max or
-# v1's cpu.cfs_quota_us), empty when the machine has neither.
-cpu_cgroup() {
+# Host $1's cgroup folders: one under cgroup v2 (its cpu and cpuset controllers), or one
+# in each of v1's cpu and cpuset hierarchies; nothing when the machine has neither.
+host_cgroups() {
   if grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
     echo "/sys/fs/cgroup/tntrun-h$1"
-  elif [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then
-    echo "/sys/fs/cgroup/cpu/tntrun-h$1"
+  elif [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ] && [ -f /sys/fs/cgroup/cpuset/cpuset.cpus ]; then
+    echo "/sys/fs/cgroup/cpu/tntrun-h$1 /sys/fs/cgroup/cpuset/tntrun-h$1"
   fi
 }
 
 down() {
   for i in "${HOSTS[@]}"; do
     if [ -f "$STATE/sshd.$i.pid" ]; then kill "$(cat "$STATE/sshd.$i.pid")" 2>/dev/null || true; fi
-    cg=$(cpu_cgroup "$i")
-    if [ -n "$cg" ] && [ -d "$cg" ]; then rmdir "$cg" 2>/dev/null || true; fi
+    for cg in $(host_cgroups "$i"); do
+      if [ -d "$cg" ]; then rmdir "$cg" 2>/dev/null || true; fi
+    done
     ip netns del "tnt-h$i" 2>/dev/null || true
     rm -rf "/etc/netns/tnt-h$i"
     ip link del "tntv$i" 2>/dev/null || true
@@ -138,28 +137,43 @@ print(int(float(m[1]) * {'': 1, 'k': 1e3, 'm': 1e6, 'g': 1e9}[m[2]]))" "$rate") 
 
 cpu() {
   local cores=${1:?usage: netns_hosts.sh cpu STATE_DIR CORES|off}
-  local quota=-1 cg
+  local quota=-1 own=0 cpus cg parent
+  local cpu_count; cpu_count=$(nproc)
   if [ "$cores" != off ]; then
     quota=$(python3 -c "import sys; q = round(float(sys.argv[1]) * $CPU_PERIOD_US); \
 assert q >= 1000; print(q)" "$cores" 2>/dev/null) \
       || { echo "CORES: e.g. 0.5, 1, 2 or off (at least 0.1; got $cores)" >&2; exit 2; }
+    own=$(( (quota + CPU_PERIOD_US - 1) / CPU_PERIOD_US ))  # cores of its own per host
   fi
-  [ -n "$(cpu_cgroup 1)" ] || { echo "no cgroup CPU controller (cpu.max or cpu.cfs_quota_us)" >&2; exit 1; }
-  if [ -f /sys/fs/cgroup/cgroup.subtree_control ]; then  # v2: the root hands cpu down
-    echo +cpu > /sys/fs/cgroup/cgroup.subtree_control
+  [ -n "$(host_cgroups 1)" ] || { echo "no cgroup cpu and cpuset controllers here" >&2; exit 1; }
+  if [ -f /sys/fs/cgroup/cgroup.subtree_control ]; then  # v2: the root hands them down
+    echo "+cpu +cpuset" > /sys/fs/cgroup/cgroup.subtree_control
   fi
   for i in "${HOSTS[@]}"; do
-    cg=$(cpu_cgroup "$i")
-    mkdir -p "$cg"
-    if [ -f "$cg/cpu.max" ]; then
-      if [ "$quota" = -1 ]; then echo "max $CPU_PERIOD_US"; else echo "$quota $CPU_PERIOD_US"; fi > "$cg/cpu.max"
-    else
-      echo "$CPU_PERIOD_US" > "$cg/cpu.cfs_period_us"
-      echo "$quota" > "$cg/cpu.cfs_quota_us"
+    cpus="0-$(( cpu_count - 1 ))"  # shared, when off or when the cores do not go round
+    if [ "$own" -gt 0 ] && [ $(( own * ${#HOSTS[@]} )) -le "$cpu_count" ]; then
+      cpus="$(( (i - 1) * own ))-$(( i * own - 1 ))"
     fi
-    echo "$(cat "$STATE/sshd.$i.pid")" > "$cg/cgroup.procs"  # new ssh sessions start in it
+    for cg in $(host_cgroups "$i"); do
+      mkdir -p "$cg"
+      if [ -f "$cg/cpu.max" ]; then
+        if [ "$quota" = -1 ]; then echo "max $CPU_PERIOD_US"; else echo "$quota $CPU_PERIOD_US"; fi > "$cg/cpu.max"
+      fi
+      if [ -f "$cg/cpu.cfs_quota_us" ]; then
+        echo "$CPU_PERIOD_US" > "$cg/cpu.cfs_period_us"
+        echo "$quota" > "$cg/cpu.cfs_quota_us"
+      fi
+      if [ -f "$cg/cpuset.cpus" ]; then
+        parent=$(dirname "$cg")
+        cat "$parent/cpuset.effective_mems" 2>/dev/null > "$cg/cpuset.mems" \
+          || cat "$parent/cpuset.mems.effective" > "$cg/cpuset.mems"
+        echo "$cpus" > "$cg/cpuset.cpus"
+      fi
+      echo "$(cat "$STATE/sshd.$i.pid")" > "$cg/cgroup.procs"  # new ssh sessions start in it
+    done
   done
-  python3 "$(dirname "$(readlink -f "$0")")/cpu_share.py" "$(cpu_cgroup 1)" "${TNT_MEASURE_S:-2}"
+  # shellcheck disable=SC2046  # one argument per folder
+  python3 "$(dirname "$(readlink -f "$0")")/cpu_share.py" "${TNT_MEASURE_S:-2}" $(host_cgroups 1)
 }
 
 case "$ACTION" in

@@ -69,29 +69,10 @@ def test_weak_scaling_efficiency_is_the_sweep_reports_efficiency():
     assert weak_scaling_efficiency(step_ms) == pytest.approx({1: 1.0, 2: 0.4, 4: 0.25})
 
 
-def shape(hosts, rate: str) -> dict:
-    done = subprocess.run(["bash", str(SCRIPTS / "netns_hosts.sh"), "shape",
-                           str(Path(hosts.key).parent), rate],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-@pytest.mark.slow
-def test_a_shaped_link_carries_the_rate_asked(netns_hosts):
-    try:
-        for rate in ("1gbit", "200mbit"):
-            measured = shape(netns_hosts, rate)["bits_per_s"]
-            assert within(measured, parse_rate(rate), 0.10), (rate, measured)
-    finally:
-        unshaped = shape(netns_hosts, "off")["bits_per_s"]  # the other tests' link
-    assert unshaped > 2e9
-
-
-def set_cpu(hosts, cores: str) -> dict:
-    """Each host's CPU quota; the share measured over 1 s (100 quota periods)."""
-    done = subprocess.run(["bash", str(SCRIPTS / "netns_hosts.sh"), "cpu",
-                           str(Path(hosts.key).parent), cores],
+def netns_hosts_sh(hosts, action: str, value: str) -> dict:
+    """``netns_hosts.sh ACTION STATE VALUE`` on the test hosts; what it measured (1 s)."""
+    done = subprocess.run(["bash", str(SCRIPTS / "netns_hosts.sh"), action,
+                           str(Path(hosts.key).parent), value],
                           capture_output=True, text=True, timeout=60,
                           env={**os.environ, "TNT_MEASURE_S": "1"})  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -106,14 +87,23 @@ def test_a_cpu_share_is_a_number_of_cores(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_host_gets_the_cpu_share_asked(netns_hosts):
-    if not any(Path(p).exists() for p in ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us",
-                                          "/sys/fs/cgroup/cgroup.controllers")):  # fmt: skip
+@pytest.mark.parametrize(
+    "action, asked, unit, lifted_above",
+    [
+        ("shape", {"1gbit": 1e9, "200mbit": 2e8}, "bits_per_s", 2e9),  # link rate
+        ("cpu", {"0.5": 0.5, "1": 1.0}, "cores", 1.5),  # each host's CPU quota
+    ],
+)
+def test_the_hosts_get_the_link_rate_and_cpu_share_asked(
+    netns_hosts, action, asked, unit, lifted_above
+):
+    cgroups = ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "/sys/fs/cgroup/cgroup.controllers")
+    if action == "cpu" and not any(Path(p).exists() for p in cgroups):
         pytest.skip("no cgroup CPU controller on this machine")
     try:
-        for cores in ("0.5", "1"):
-            measured = set_cpu(netns_hosts, cores)["cores"]
-            assert within(measured, float(cores), 0.10), (cores, measured)
+        for value, expected in asked.items():
+            measured = netns_hosts_sh(netns_hosts, action, value)[unit]
+            assert within(measured, expected, 0.10), (value, measured)
     finally:
-        unlimited = set_cpu(netns_hosts, "off")["cores"]  # the other tests' hosts
-    assert unlimited > 1.5  # both cores
+        lifted = netns_hosts_sh(netns_hosts, action, "off")[unit]  # as the other tests use them
+    assert lifted > lifted_above
