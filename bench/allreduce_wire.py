@@ -41,10 +41,11 @@ THRESHOLDS = {"0 (off)": 0, "8 MB": 8 << 20, "64 MB": 64 << 20, "128 MB": 128 <<
 MODELS, COMPRESSIONS = ("resnet18", "resnet50"), ("none", "fp16")
 
 
-def hosts_up(state: Path) -> tuple[str, str]:
-    """Start the two hosts; (ssh port, key)."""
+def hosts_up(state: Path, count: int = 2) -> tuple[str, str]:
+    """Start ``count`` hosts; (ssh port, key)."""
+    env = {**os.environ, "TNT_HOSTS": str(count)}
     up = subprocess.run(["bash", str(NETNS), "up", str(state)], capture_output=True, text=True,
-                        check=True).stdout.split()  # fmt: skip
+                        check=True, env=env).stdout.split()  # fmt: skip
     return up[1], up[2]
 
 

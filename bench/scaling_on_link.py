@@ -27,8 +27,10 @@ core share per rank: each host's processes get a core of their own and a CPU
 quota of C x its ranks (`netns_hosts.sh cpu`), so 2 hosts x 2 ranks at C = 0.5
 use the machine's 2 cores without oversubscription, as the profile's 2 x 1
 ranks at 0.5 do, and no host computes on the other's core. The
-1 rank held out then runs on one host with C cores; the unpinned local run and
-the sweep are left out.
+1 rank held out then runs on one host with C cores, and a fourth held-out run
+has 4 hosts x 1 rank (hosts 3 and 4 share the cores of hosts 1 and 2, each host
+within its quota): the layout the prediction for 4 ranks describes, every
+ring hop on the shaped link. The unpinned local run and the sweep are left out.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ WORKLOADS = {
 WEAK = ("micro_batch_size=32", "threads_per_rank=1")
 PREDICTED_AT = (1, 2, 4, 8, 64)
 HOST_1, HOST_2 = "10.77.0.1", "10.77.0.2"
+FOUR_HOSTS = "[10.77.0.1,10.77.0.2,10.77.0.3,10.77.0.4]"
 ONE_CORE = ("taskset", "-c", "0")
 
 
@@ -106,11 +109,12 @@ def main() -> None:
     single: dict[str, list[float]] = {}  # 1 rank on the 2-core machine
     one_core: dict[str, list[float]] = {}  # 1 rank pinned to one core
     sweeps: dict[tuple[str, str], dict[int, dict[str, str]]] = {}
+    four_hosts: dict[tuple[str, str], list[float]] = {}  # 4 hosts x 1 rank (--cores-per-rank)
     tcp: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="tntrun-scaling-") as tmp:
         state, work = Path(tmp) / "hosts", Path(tmp) / "work"
         work.mkdir()
-        port, key = hosts_up(state)
+        port, key = hosts_up(state, 2 if cores is None else 4)
         both = f"[{HOST_1},{HOST_2}]"
         try:
             for repeat in range(args.repeats):
@@ -139,6 +143,12 @@ def main() -> None:
                         four, _ = steady_ms(work, *overrides, "ranks_per_node=2",
                                             *on_hosts(port, key, both))  # fmt: skip
                         profiled.setdefault((name, rate), []).append((measured, predicted, four))
+                        if cores is not None:
+                            set_cpu(state, cores)
+                            four_hosts.setdefault((name, rate), []).append(steady_ms(
+                                work, *overrides, "ranks_per_node=1",
+                                *on_hosts(port, key, FOUR_HOSTS))[0])  # fmt: skip
+                            print(f"4x1 {four_hosts[name, rate][-1]:.1f}", flush=True)
                         print(f"repeat {repeat + 1} {name} {rate}: 1 rank {one_core[name][-1]:.1f}"
                               f" ms held out (predicted {predicted[1]:.1f}), 2 ranks"
                               f" {measured:.1f} ({predicted[2]:.1f}), 2x2 {four:.1f}"
@@ -153,7 +163,7 @@ def main() -> None:
                             )
         finally:
             subprocess.run(["bash", str(NETNS), "down", str(state)], check=False)
-    report(profiled, single, one_core, tcp, cores)
+    report(profiled, single, one_core, tcp, cores, four_hosts)
     if sweeps:
         report_sweeps(profiled, single, sweeps)
 
@@ -162,7 +172,7 @@ def spread(values: list[float]) -> str:
     return f"{min(values):+.1%}..{max(values):+.1%}"
 
 
-def report(profiled, single, one_core, tcp, cores: float | None) -> None:
+def report(profiled, single, one_core, tcp, cores: float | None, four_hosts) -> None:
     med = statistics.median
     held_out = "1 core" if cores is None else f"1 host of {cores:g} core"
     print(f"{len(one_core[next(iter(one_core))])} repeats; medians, error = predicted / measured"
@@ -185,6 +195,8 @@ def report(profiled, single, one_core, tcp, cores: float | None) -> None:
     if single:
         header += ["2 cores measured", "error", "range"]
     header += ["2x2 measured", "predicted", "error", "range"]
+    if four_hosts:
+        header += ["4x1 measured", "error", "range"]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for (name, rate), rows in profiled.items():
@@ -199,6 +211,10 @@ def report(profiled, single, one_core, tcp, cores: float | None) -> None:
                       spread(errors1_both)]  # fmt: skip
         cells += [f"{med(f for _, _, f in rows):.1f}", f"{med(p[4] for _, p, _ in rows):.1f}",
                   f"{med(errors4):+.1%}", spread(errors4)]  # fmt: skip
+        if four_hosts:
+            errors4x1 = relative_errors([p[4] for _, p, _ in rows], four_hosts[name, rate])
+            cells += [f"{med(four_hosts[name, rate]):.1f}", f"{med(errors4x1):+.1%}",
+                      spread(errors4x1)]  # fmt: skip
         print("| " + " | ".join(cells) + " |")
     print("\npredicted step ms (efficiency step(1) / step(N)) by world size, medians:\n")
     print("| workload | link | " + " | ".join(f"{n} ranks" for n in PREDICTED_AT) + " |")

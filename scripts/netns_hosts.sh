@@ -4,6 +4,7 @@
 # real sshd that accepts a key generated for the purpose. Needs root.
 #
 #   scripts/netns_hosts.sh up   STATE_DIR   # prints "host port key" lines
+#   TNT_HOSTS=4 scripts/netns_hosts.sh up STATE_DIR   # more hosts (2 to 8; default 2)
 #   scripts/netns_hosts.sh down STATE_DIR
 #   scripts/netns_hosts.sh shape STATE_DIR RATE   # e.g. 1gbit, 5gbit, or off; prints the
 #                                                 # TCP rate measured tnt-h1 -> tnt-h2, bit/s
@@ -27,7 +28,12 @@ ACTION=${1:?usage: netns_hosts.sh up|down STATE_DIR}
 STATE=${2:?usage: netns_hosts.sh up|down STATE_DIR}
 PORT=${TNT_SSH_PORT:-2222}
 BRIDGE=tnt0  # same name as the hosts' interface: Horovod looks the NIC up on the driver too
-HOSTS=(1 2)
+MAX_HOSTS=8
+# How many hosts: TNT_HOSTS at `up`, recorded in the state folder for the other actions.
+COUNT=$(cat "$STATE/host_count" 2>/dev/null || echo "${TNT_HOSTS:-2}")
+[ "$ACTION" != up ] || COUNT=${TNT_HOSTS:-2}
+case "$COUNT" in [2-8]) ;; *) echo "TNT_HOSTS: 2 to $MAX_HOSTS hosts (got $COUNT)" >&2; exit 2 ;; esac
+mapfile -t HOSTS < <(seq "$COUNT")
 HOSTS_TAG="# tntrun netns host"  # their names in this namespace's /etc/hosts, as on a cluster
 
 CPU_PERIOD_US=10000  # a throttled host waits at most this long for its next share
@@ -43,10 +49,10 @@ host_cgroups() {
 }
 
 down() {
-  for i in "${HOSTS[@]}"; do
+  for i in $(seq "$MAX_HOSTS"); do  # also those of an earlier `up` with more hosts
     if [ -f "$STATE/sshd.$i.pid" ]; then kill "$(cat "$STATE/sshd.$i.pid")" 2>/dev/null || true; fi
-    for cg in $(host_cgroups "$i"); do
-      if [ -d "$cg" ]; then rmdir "$cg" 2>/dev/null || true; fi
+    for cg in $(host_cgroups "$i"); do  # empty once sshd has gone
+      for _ in $(seq 20); do if [ ! -d "$cg" ] || rmdir "$cg" 2>/dev/null; then break; fi; sleep 0.1; done
     done
     ip netns del "tnt-h$i" 2>/dev/null || true
     rm -rf "/etc/netns/tnt-h$i"
@@ -64,6 +70,7 @@ up() {
   command -v /usr/sbin/sshd >/dev/null || { echo "sshd missing: apt-get install openssh-server" >&2; exit 1; }
   down
   mkdir -p "$STATE" /run/sshd
+  echo "$COUNT" > "$STATE/host_count"
   [ -f "$STATE/id_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -f "$STATE/id_ed25519"
   [ -f "$STATE/host_key" ] || ssh-keygen -q -t ed25519 -N '' -f "$STATE/host_key"
   cp "$STATE/id_ed25519.pub" "$STATE/authorized_keys"
@@ -82,7 +89,8 @@ up() {
     ip -n "$ns" link set lo up
     # `ip netns exec` mounts /etc/netns/<ns>/hosts over /etc/hosts: Gloo resolves hostnames.
     mkdir -p "/etc/netns/$ns"
-    printf '127.0.0.1 localhost\n10.77.0.1 tnt-h1\n10.77.0.2 tnt-h2\n' > "/etc/netns/$ns/hosts"
+    { echo "127.0.0.1 localhost"; for j in "${HOSTS[@]}"; do echo "10.77.0.$j tnt-h$j"; done; } \
+      > "/etc/netns/$ns/hosts"
     cat > "$STATE/sshd.$i.conf" <<EOF
 Port $PORT
 ListenAddress 10.77.0.$i
@@ -137,7 +145,7 @@ print(int(float(m[1]) * {'': 1, 'k': 1e3, 'm': 1e6, 'g': 1e9}[m[2]]))" "$rate") 
 
 cpu() {
   local cores=${1:?usage: netns_hosts.sh cpu STATE_DIR CORES|off}
-  local quota=-1 own=0 cpus cg parent
+  local quota=-1 own=0 cpus first cg parent
   local cpu_count; cpu_count=$(nproc)
   if [ "$cores" != off ]; then
     quota=$(python3 -c "import sys; q = round(float(sys.argv[1]) * $CPU_PERIOD_US); \
@@ -150,9 +158,12 @@ assert q >= 1000; print(q)" "$cores" 2>/dev/null) \
     echo "+cpu +cpuset" > /sys/fs/cgroup/cgroup.subtree_control
   fi
   for i in "${HOSTS[@]}"; do
-    cpus="0-$(( cpu_count - 1 ))"  # shared, when off or when the cores do not go round
-    if [ "$own" -gt 0 ] && [ $(( own * ${#HOSTS[@]} )) -le "$cpu_count" ]; then
-      cpus="$(( (i - 1) * own ))-$(( i * own - 1 ))"
+    # Cores of its own, round the machine's cores (with more hosts than cores, hosts share
+    # a core, each within its quota); all cores when off or when they do not divide.
+    cpus="0-$(( cpu_count - 1 ))"
+    if [ "$own" -gt 0 ] && [ $(( cpu_count % own )) = 0 ]; then
+      first=$(( (i - 1) * own % cpu_count ))
+      cpus="$first-$(( first + own - 1 ))"
     fi
     for cg in $(host_cgroups "$i"); do
       mkdir -p "$cg"
