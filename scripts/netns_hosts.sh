@@ -17,11 +17,14 @@
 #
 # CPU: the hosts share this machine's cores. `cpu` puts each host's sshd, and so every
 # process started over ssh there (ranks, their threads), in cgroups of its own: a cpuset
-# of ceil(CORES) cores no other host uses (when the machine has enough) and a CFS quota of
-# CORES per 10 ms period, so a host computes as a separate host of that size would,
-# whatever the other does. The measurement: busy processes in host 1's cgroups
-# (cpu_share.py).
+# of ceil(CORES) cores, the hosts taking the machine's cores in turn (with more hosts than
+# cores, hosts share a core, each within its quota), and a CFS quota of CORES per 10 ms
+# period, so a host computes as a separate host of that size would, whatever the others
+# do. The measurement: busy processes in host 1's cgroups (cpu_share.py).
 #
+# Hosts: 10.77.0.N (tnt-hN), N = 1, 2 (up to TNT_HOSTS), named so in /etc/hosts here too
+# (as cluster nodes are; removed by `down`); the root namespace is 10.77.0.254 on bridge
+# tnt0. Traffic stays on these addresses.
 set -euo pipefail
 
 ACTION=${1:?usage: netns_hosts.sh up|down STATE_DIR}

@@ -79,6 +79,15 @@ def netns_hosts_sh(hosts, action: str, value: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def on_host(hosts, index: int, command: str) -> str:
+    """What ``command`` prints on the test host ``index``, run there over ssh."""
+    ssh = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+           "-o", "UserKnownHostsFile=/dev/null", "-i", hosts.key, "-p", hosts.port]  # fmt: skip
+    done = subprocess.run([*ssh, hosts.addresses[index], command], capture_output=True,
+                          text=True, timeout=30, check=True)  # fmt: skip
+    return done.stdout
+
+
 def test_a_cpu_share_is_a_number_of_cores(tmp_path):
     for bad in ("half", "0.01"):
         done = subprocess.run(["bash", str(SCRIPTS / "netns_hosts.sh"), "cpu", str(tmp_path), bad],
@@ -104,6 +113,9 @@ def test_the_hosts_get_the_link_rate_and_cpu_share_asked(
         for value, expected in asked.items():
             measured = netns_hosts_sh(netns_hosts, action, value)[unit]
             assert within(measured, expected, 0.10), (value, measured)
+        if action == "cpu":  # what a rank started over ssh gets: host 2's cgroup and core
+            assert "tntrun-h2" in on_host(netns_hosts, 1, "cat /proc/self/cgroup")
+            assert on_host(netns_hosts, 1, "taskset -pc $$").split()[-1] == "1"
     finally:
         lifted = netns_hosts_sh(netns_hosts, action, "off")[unit]  # as the other tests use them
     assert lifted > lifted_above
