@@ -49,11 +49,16 @@ def hosts_up(state: Path, count: int = 2) -> tuple[str, str]:
     return up[1], up[2]
 
 
+def set_hosts(state: Path, action: str, value: str) -> dict:
+    """``netns_hosts.sh ACTION STATE VALUE`` (shape, cpu); what it then measured."""
+    out = subprocess.run(["bash", str(NETNS), action, str(state), value], capture_output=True,
+                         text=True, check=True).stdout  # fmt: skip
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def shape(state: Path, rate: str) -> float:
     """Shape the link to ``rate``; the TCP rate measured on it, bit/s."""
-    out = subprocess.run(["bash", str(NETNS), "shape", str(state), rate], capture_output=True,
-                         text=True, check=True).stdout  # fmt: skip
-    return json.loads(out.strip().splitlines()[-1])["bits_per_s"]
+    return set_hosts(state, "shape", rate)["bits_per_s"]
 
 
 def one_launch(port: str, key: str, threshold: int, repeats: int) -> list[dict]:

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import statistics
 import subprocess
 import sys
@@ -48,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from runs import run_tntrun, tntrun_command  # noqa: E402
 
-from bench.allreduce_wire import NETNS, hosts_up, shape  # noqa: E402
+from bench.allreduce_wire import NETNS, hosts_up, set_hosts, shape  # noqa: E402
 from bench.wire import relative_errors, weak_scaling_efficiency  # noqa: E402
 
 WORKLOADS = {
@@ -65,9 +64,7 @@ ONE_CORE = ("taskset", "-c", "0")
 def set_cpu(state: Path, cores: float) -> float:
     """Give each host ``cores`` cores (a core of its own, a CFS quota); the share measured
     on host 1."""
-    out = subprocess.run(["bash", str(NETNS), "cpu", str(state), f"{cores:g}"],
-                         capture_output=True, text=True, check=True).stdout  # fmt: skip
-    return json.loads(out.strip().splitlines()[-1])["cores"]
+    return set_hosts(state, "cpu", f"{cores:g}")["cores"]
 
 
 def on_hosts(port: str, key: str, hosts: str) -> tuple[str, ...]:
@@ -132,9 +129,7 @@ def main() -> None:
                             work, *overrides, "ranks_per_node=1",
                             *on_hosts(port, key, f"[{HOST_1}]"))[0])  # fmt: skip
                     for rate in rates:
-                        tcp[rate] = shape(state, rate)
-                        if cores is not None:
-                            set_cpu(state, cores)
+                        tcp[rate] = shape(state, rate)  # hosts at `cores` (if given) from here
                         measured, predicted = steady_ms(work, *overrides, "ranks_per_node=1",
                                                         *on_hosts(port, key, both),
                                                         "predict_scaling=true")  # fmt: skip
@@ -144,7 +139,7 @@ def main() -> None:
                                             *on_hosts(port, key, both))  # fmt: skip
                         profiled.setdefault((name, rate), []).append((measured, predicted, four))
                         if cores is not None:
-                            set_cpu(state, cores)
+                            set_cpu(state, cores)  # back to `cores` for the next runs
                             four_hosts.setdefault((name, rate), []).append(steady_ms(
                                 work, *overrides, "ranks_per_node=1",
                                 *on_hosts(port, key, FOUR_HOSTS))[0])  # fmt: skip

@@ -18,6 +18,7 @@ from bench.wire import (
     within,
 )
 from tests.conftest import SCRIPTS
+from tntrun.launch.remote_hosts import ssh_command
 
 
 def test_rates_read_as_tc_reads_them():
@@ -80,12 +81,10 @@ def netns_hosts_sh(hosts, action: str, value: str) -> dict:
 
 
 def on_host(hosts, index: int, command: str) -> str:
-    """What ``command`` prints on the test host ``index``, run there over ssh."""
-    ssh = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
-           "-o", "UserKnownHostsFile=/dev/null", "-i", hosts.key, "-p", hosts.port]  # fmt: skip
-    done = subprocess.run([*ssh, hosts.addresses[index], command], capture_output=True,
-                          text=True, timeout=30, check=True)  # fmt: skip
-    return done.stdout
+    """What ``command`` prints on the test host ``index``, run there over ssh as tntrun does."""
+    ssh = ssh_command(hosts.addresses[index], int(hosts.port), hosts.key, timeout=10)
+    return subprocess.run([*ssh, command], capture_output=True, text=True, timeout=30,
+                          check=True).stdout  # fmt: skip
 
 
 def test_a_cpu_share_is_a_number_of_cores(tmp_path):
