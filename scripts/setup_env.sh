@@ -108,7 +108,9 @@ fi
 # Real components the tests start, from Debian: chromium (the MLflow UI browser test;
 # Playwright cannot download browsers here), openssh-server (sshd in network-namespace
 # hosts for the multi-host tests), slurm-wlm + munge (a real Slurm cluster). One apt-get
-# update, one install; without root the tests that need them are skipped with the reason.
+# update, one install. As root a failed install fails the set-up (the tests would fail
+# naming the component anyway); without root the tests that need them are skipped, with
+# the reasons listed at the end of the test run.
 missing=()
 command -v chromium >/dev/null || missing+=(chromium)
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
@@ -119,7 +121,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     step "installing ${missing[*]} (Debian) for the browser, multi-host and Slurm tests"
     { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"; } \
       > "$VENV/apt-install.log" 2>&1 \
-      || echo "warning: could not install ${missing[*]} (see $VENV/apt-install.log); the tests needing them will be skipped"
+      || { tail -n 20 "$VENV/apt-install.log" >&2; die "could not install ${missing[*]} with apt-get (full log: $VENV/apt-install.log)"; }
   else
     echo "note: ${missing[*]} missing and not root: the tests needing them will be skipped (sudo apt-get install ${missing[*]})"
   fi

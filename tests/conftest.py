@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import DictConfig
+
+from tests.components import require_commands, require_root
 
 BIN = Path(sys.executable).parent
 
@@ -112,24 +114,63 @@ def weights_in(run_dir: Path) -> list[np.ndarray]:
         return [saved[f"arr_{i}"] for i in range(len(saved.files))]
 
 
-# A user callback module (pace.py in the working directory): each step sleeps step_s until
-# the file ``until`` exists, so a test can interrupt the training however busy the machine.
+# A user callback module (pace.py in the working directory) that lets a test interrupt
+# training at a known point however busy the machine is:
+# - Pace: each step sleeps step_s until the file ``until`` exists; with hold_at_step, that
+#   step waits for ``until`` (training cannot run out before the test has acted).
+# - HoldForStop: once, at (epoch, batch), write ``reached`` and wait until this rank has
+#   noted a stop request (tntrun's watcher thread ``tntrun-stop-request`` ends when the
+#   request is noted), so the ranks stop at that step or the next, never later.
 PACE = """
 import os
+import threading
 import time
+from pathlib import Path
 
 import tf_keras as keras
 
 
 class Pace(keras.callbacks.Callback):
-    def __init__(self, step_s, until):
+    def __init__(self, step_s, until, hold_at_step=None):
         super().__init__()
-        self.step_s, self.until = step_s, until
+        self.step_s, self.until, self.hold_at_step = step_s, until, hold_at_step
 
     def on_train_batch_end(self, batch, logs=None):
-        if not os.path.exists(self.until):
-            time.sleep(self.step_s)
+        if os.path.exists(self.until):
+            return
+        step = int(self.model.optimizer.iterations.numpy())
+        if step == self.hold_at_step:
+            while not os.path.exists(self.until):
+                time.sleep(0.05)
+        time.sleep(self.step_s)
+
+
+class HoldForStop(keras.callbacks.Callback):
+    def __init__(self, epoch, batch, reached):
+        super().__init__()
+        self.epoch, self.batch, self.reached = epoch, batch, Path(reached)
+        self._epoch = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if (self._epoch, batch) != (self.epoch, self.batch) or self.reached.exists():
+            return  # once: a resumed run keeps its config, this callback included
+        self.reached.write_text(f"epoch {self._epoch} batch {batch}")
+        while any(t.name == "tntrun-stop-request" for t in threading.enumerate()):
+            time.sleep(0.05)
 """
+
+
+def wait_for_file(path: Path, process: subprocess.Popen, timeout_s: float, log: Path) -> None:
+    """Wait until ``path`` exists, failing early, with the end of ``log``, if ``process`` ends."""
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            why = "the process ended" if process.returncode is not None else f"{timeout_s:g} s"
+            raise AssertionError(f"no {path} ({why}):\n{log.read_text()[-3000:]}")
+        time.sleep(0.1)
 
 
 def assert_same_weights(a: list[np.ndarray], b: list[np.ndarray]) -> None:
@@ -163,9 +204,14 @@ class NetnsHosts:
 @pytest.fixture(scope="session")
 def netns_hosts(tmp_path_factory) -> Iterator[NetnsHosts]:
     """Two real hosts (network namespaces with sshd), up for the whole session."""
-    missing = [t for t in ("ip", "unshare", "ssh", "/usr/sbin/sshd") if not shutil.which(t)]
-    if os.geteuid() != 0 or missing:
-        pytest.skip(f"needs root and {', '.join(missing) or 'iproute2/openssh-server'}")
+    require_root("network-namespace hosts")
+    require_commands(
+        "ip",
+        "unshare",
+        "ssh",
+        "/usr/sbin/sshd",
+        fix="apt-get install iproute2 util-linux openssh-server",
+    )
     state = tmp_path_factory.mktemp("netns")
     script = str(SCRIPTS / "netns_hosts.sh")
     up = subprocess.run(["bash", script, "up", str(state)], capture_output=True, text=True)
@@ -194,11 +240,12 @@ class SlurmCluster:
 
 
 @pytest.fixture(scope="session")
-def slurm(netns_hosts, tmp_path_factory) -> Iterator[SlurmCluster]:
+def slurm(request, tmp_path_factory) -> Iterator[SlurmCluster]:
     """A real Slurm cluster of the two netns hosts, started once per session."""
-    missing = [t for t in ("slurmctld", "slurmd", "munged", "salloc") if not shutil.which(t)]
-    if missing:
-        pytest.skip(f"needs Debian's slurm-wlm and munge ({', '.join(missing)} missing)")
+    require_commands(
+        "slurmctld", "slurmd", "munged", "salloc", fix="apt-get install slurm-wlm munge"
+    )
+    netns_hosts = request.getfixturevalue("netns_hosts")  # after the check: it names Slurm
     state = tmp_path_factory.mktemp("slurm")
     script = str(SCRIPTS / "slurm_cluster.sh")
     up = subprocess.run(["bash", script, "up", str(state)], capture_output=True, text=True,

@@ -20,13 +20,14 @@ CHECKS = [
     (["nodes=2"], "nodes=2 needs the hosts to run on: give hosts=[h1,h2,...]"),
     (["hostfile=/no/such/hostfile"], "hostfile=/no/such/hostfile does not exist"),
     (["schedule=warmup_piecewise", "train.epochs=3", "schedule.boundaries_epochs=[]"],
-     "schedule.warmup_epochs=5 (110 steps) is longer than training (66 steps, train.epochs=3)"),
+     "schedule.warmup_epochs=5 (110 steps) is longer than the schedule (66 steps, train.epochs=3)"),
     (["schedule=warmup_piecewise", "schedule.warmup_epochs=1"],
      "schedule.boundaries_epochs has 30, beyond the last epoch (train.epochs=20)"),
     (["schedule=warmup_piecewise", "schedule.epochs=3", "schedule.boundaries_epochs=[]",
       "train.epochs=2"],
-     "schedule.warmup_epochs=5 (110 steps) is longer than training (66 steps, "
-     "schedule.epochs=3): shorten the warmup or raise schedule.epochs"),
+     "schedule.warmup_epochs=5 (110 steps) is longer than the schedule (66 steps, "
+     "schedule.epochs=3), which would end inside its warmup: shorten the warmup or raise "
+     "schedule.epochs"),
     (["schedule.epochs=10"],
      "train.epochs=20 runs past the end of the schedule (schedule.epochs=10): raise "
      "schedule.epochs to 20 or set schedule.epochs=null to follow train.epochs"),

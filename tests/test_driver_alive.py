@@ -9,7 +9,16 @@ import time
 
 from tntrun import run_files
 from tntrun.launch.clock import process_start_time
-from tntrun.launch.driver_alive import DriverHeartbeat, driver_tags, lost_driver, watch_driver
+from tntrun.launch.driver_alive import (
+    BEAT_S,
+    DriverHeartbeat,
+    driver_tags,
+    lost_driver,
+    watch_driver,
+)
+
+POLL_S = BEAT_S / 2  # how often a rank's watch reads the heartbeat
+MARGIN_S = 1.0  # a thread's wake-up can lag this much on a busy 2-core machine
 
 
 def watched(run_dir, lost_after: float) -> tuple[threading.Event, list[str]]:
@@ -28,8 +37,12 @@ def test_the_ranks_watch_notices_a_silent_driver_within_the_bound(tmp_path):
         heartbeat.beat(count)
     assert not lost.is_set(), "a beating driver was judged gone"
     silent = time.monotonic()
-    assert lost.wait(5.0), "a silent driver was not noticed"
-    assert 2.0 <= time.monotonic() - silent < 3.5
+    # The watch sees the last beat up to one poll late, then judges at its first poll past
+    # lost_after: never sooner than lost_after (less the write-to-clock gap), at most two
+    # polls later.
+    latest = 2.0 + 2 * POLL_S + MARGIN_S
+    assert lost.wait(latest), "a silent driver was not noticed"
+    assert 2.0 - 0.1 <= time.monotonic() - silent < latest
     assert len(why) == 1 and why[0].startswith(f"the driver is gone (no heartbeat in {path} for")
 
 
@@ -39,8 +52,7 @@ def test_a_stopped_driver_ends_its_ranks_at_once(tmp_path):
     lost, why = watched(tmp_path, lost_after=60.0)
     assert not lost.wait(1.5)
     heartbeat.stop()
-    stopped = time.monotonic()
-    assert lost.wait(2.0) and time.monotonic() - stopped < 1.0
+    assert lost.wait(POLL_S + MARGIN_S), "the stopped beat was not noticed within a poll"
     assert why == [f"the driver stopped the run ({tmp_path / run_files.DRIVER_ALIVE})"]
 
 

@@ -7,9 +7,11 @@ import os
 
 import pytest
 
+from tests.components import require_module
+
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-tf = pytest.importorskip("tensorflow")
+tf = require_module("tensorflow")
 
 from tntrun.engine.flops import (  # noqa: E402
     cache_key,

@@ -17,6 +17,7 @@ from bench.wire import (
     weak_scaling_efficiency,
     within,
 )
+from tests.components import missing
 from tests.conftest import SCRIPTS
 from tntrun.launch.remote_hosts import ssh_command
 
@@ -107,7 +108,7 @@ def test_the_hosts_get_the_link_rate_and_cpu_share_asked(
 ):
     cgroups = ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "/sys/fs/cgroup/cgroup.controllers")
     if action == "cpu" and not any(Path(p).exists() for p in cgroups):
-        pytest.skip("no cgroup CPU controller on this machine")
+        missing("a cgroup CPU controller", "a kernel with cgroup v1 cpu or cgroup v2")
     try:
         for value, expected in asked.items():
             measured = netns_hosts_sh(netns_hosts, action, value)[unit]

@@ -8,15 +8,40 @@ reason, or rolls back to the last good checkpoint and finishes.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import run_dir_of, store_uri
 from tntrun import api
+from tntrun.planning.checkpoints import STATE_PREFIX
 
 pytestmark = pytest.mark.slow
 QUIET = ("tracking.system_metrics=false", "tracking.log_every_steps=0")
+# A user callback module (wipe.py in the working directory): from epoch ``epoch`` (0-based)
+# on, each rank zeroes its trainable weights after every step, so those epochs end with
+# all-zero logits that predict class 0 (about 1 in 10 digits): val_accuracy peaks before
+# that epoch however the training goes, and the later states differ from the best one.
+WIPE = """
+import tensorflow as tf
+import tf_keras as keras
+
+
+class Wipe(keras.callbacks.Callback):
+    def __init__(self, epoch):
+        super().__init__()
+        self.epoch, self.wiping = epoch, False
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.wiping = epoch >= self.epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.wiping:
+            for variable in self.model.trainable_variables:
+                variable.assign(tf.zeros_like(variable))
+"""
 
 
 def nan_at(step: int, rank: int = 1) -> tuple[str, ...]:
@@ -91,6 +116,66 @@ def test_keep_the_best_and_write_checkpoints_by_time(in_tmp):
         a.path for a in MlflowClient(store_uri(in_tmp)).list_artifacts(result.run_id, "best")
     }
     assert "best/best.json" in artifacts and "best/model.keras" in artifacts
+
+
+def checkpoint_state(checkpoint: Path) -> dict[str, np.ndarray]:
+    """Every saved variable (model and optimizer) of a checkpoint folder, by its key."""
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(str(checkpoint / STATE_PREFIX))
+    keys = set(reader.get_variable_to_shape_map()) - {"_CHECKPOINTABLE_OBJECT_GRAPH"}
+    return {key: reader.get_tensor(key) for key in keys}
+
+
+def test_the_best_checkpoint_is_the_state_of_the_best_epoch_not_the_newest(in_tmp):
+    """val_accuracy peaks before the last epoch (the weights are zeroed in epochs 3 and 4):
+    checkpoints/best must hold the state the best epoch's own checkpoint holds, in its
+    TensorFlow checkpoint and in its model.keras, and not the newest state."""
+    wiped = 2  # 0-based: epochs 1 and 2 train, 3 and 4 end with zero weights
+    (in_tmp / "wipe.py").write_text(WIPE)
+    wipe = ["+callbacks.wipe._target_=wipe.Wipe", "+callbacks.wipe.ranks=all_ranks"]
+    every_epoch = ["checkpoint.min_interval_s=0", "checkpoint.keep=10"]
+    result = api.run(
+        [
+            "train.epochs=4",
+            "checkpoint.monitor=val_accuracy",
+            *every_epoch,
+            *QUIET,
+            *wipe,
+            f"+callbacks.wipe.epoch={wiped}",
+        ]
+    )
+    assert result.status == "FINISHED", result
+    history = MlflowClient(store_uri(in_tmp)).get_metric_history(result.run_id, "val_accuracy")
+    accuracy = [m.value for m in sorted(history, key=lambda m: m.step)]
+    assert len(accuracy) == 4 and min(accuracy[:wiped]) > 2 * max(accuracy[wiped:]), accuracy
+    best_epoch = 1 + accuracy.index(max(accuracy))  # the first of equals: only better replaces
+    checkpoints = result.run_dir / "checkpoints"
+    assert sorted(p.name for p in checkpoints.glob("epoch-*")) == [
+        f"epoch-{epoch:04d}" for epoch in range(1, 5)
+    ]
+    best = json.loads((checkpoints / "best" / "best.json").read_text())
+    assert (best["monitor"], best["epoch"]) == ("val_accuracy", best_epoch), (best, accuracy)
+    assert best["value"] == pytest.approx(accuracy[best_epoch - 1])
+
+    kept = checkpoint_state(checkpoints / "best")
+    written = checkpoint_state(checkpoints / f"epoch-{best_epoch:04d}")
+    assert kept.keys() == written.keys()
+    for key in sorted(kept, key=lambda k: (not k.startswith("model/"), k)):  # weights first
+        np.testing.assert_array_equal(kept[key], written[key], err_msg=key)
+    newest = checkpoint_state(checkpoints / "epoch-0004")
+    weights = [key for key in kept if key.startswith("model/")]
+    assert weights and any(not np.array_equal(kept[k], newest[k]) for k in weights)
+
+    import tensorflow as tf
+    import tf_keras as keras
+
+    saved = keras.models.load_model(checkpoints / "best" / "model.keras", compile=False)
+    restored = keras.models.clone_model(saved)  # fresh weights, then the best epoch's
+    prefix = str(checkpoints / f"epoch-{best_epoch:04d}" / STATE_PREFIX)
+    tf.train.Checkpoint(model=restored).read(prefix).assert_existing_objects_matched()
+    for ours, theirs in zip(saved.get_weights(), restored.get_weights(), strict=True):
+        np.testing.assert_array_equal(ours, theirs)
 
 
 def test_an_unknown_monitor_metric_fails_with_the_metrics_logged(run_tntrun):

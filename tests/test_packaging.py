@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.components import missing
+
 ROOT = Path(__file__).resolve().parents[1]
 TF_REQUIREMENT = "tensorflow-cpu==2.18.1"
 # tf-keras requires `tensorflow`, which pip would install over tensorflow-cpu (the same files
@@ -187,7 +189,7 @@ def fresh(wheel, tmp_path_factory, record_testsuite_property) -> Iterator[FreshV
     """A new virtual environment holding only PyPI's packages, Horovod and the tntrun wheel."""
     horovod = sorted(HOROVOD_CACHE.glob("horovod-0.28.1-*.whl"))
     if not horovod:
-        pytest.skip(f"no cached Horovod wheel in {HOROVOD_CACHE}: run scripts/setup_env.sh")
+        missing(f"a cached Horovod wheel in {HOROVOD_CACHE}", "run scripts/setup_env.sh")
     root = tmp_path_factory.mktemp("fresh") / "venv"
     assert not inside_checkout(root)
     base_python = shutil.which("python3.11") or sys.executable

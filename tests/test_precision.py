@@ -1,9 +1,10 @@
 """train.precision and train.jit_compile: schema, plan, dry run, float32 outputs, MFU cache key;
 with real ranks: loss scaling composed with Horovod, and cnn on digits trained in every mode
-reaching the float32 run's accuracy."""
+(the dtypes read from the ranks' built model) reaching the float32 run's accuracy."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from pathlib import Path
@@ -23,6 +24,12 @@ from tntrun.tracking.metrics_stream import last_values, parse_lines
 ACCURACY_TOLERANCE = 0.02
 CNN = ("model=cnn", "train.epochs=3", "checkpoint.every_epochs=0", "tracking.log_every_steps=0")
 SCRIPT = Path(__file__).parent / "rank_scripts" / "loss_scaling.py"
+# train.precision -> (the dtype the model's layers compute in, loss scaling).
+OBSERVED = {
+    "float32": ("float32", False),
+    "mixed_bfloat16": ("bfloat16", False),
+    "mixed_float16": ("float16", True),
+}
 
 
 def test_a_misspelt_precision_fails_at_composition(compose_cfg):
@@ -131,6 +138,32 @@ def train_cnn(work: Path, *overrides: str) -> tuple[dict[str, float], list[float
     return last_values(metrics), losses, run_dir
 
 
+def assert_trained_in(run_dir: Path, precision: str) -> None:
+    """``precision`` as rank 0's built model shows it (precision.json), not as the plan asks:
+    its layers compute in the policy's dtype and produce it, except the float32 output cast;
+    variables and model outputs are float32; only mixed_float16 scales the loss."""
+    record = json.loads((run_dir / run_files.PRECISION).read_text())
+    compute, loss_scaling = OBSERVED[precision]
+    *layers, last = [layer for layer in record["layers"] if layer["class"] != "InputLayer"]
+    if compute == "float32":
+        layers.append(last)  # no cast: the builder's logits are float32 already
+    computed = {
+        (layer["compute_dtype"], layer["variable_dtype"], *(layer["output_dtypes"] or [None]))
+        for layer in layers
+    }
+    assert computed == {(compute, "float32", compute)}, (precision, layers)
+    assert layers[-1]["name"] == "logits" and layers[-1]["trainable_variables"], layers
+    if compute != "float32":  # the last layer casts the 16-bit logits to float32
+        cast = (last["name"], last["compute_dtype"], last["output_dtypes"])
+        assert cast == ("float32_output", "float32", ["float32"]), last
+    assert record["trainable_variables"], record
+    assert {dtype for _, dtype in record["trainable_variables"]} == {"float32"}, record
+    assert record["outputs"] == ["float32"], record
+    assert record["loss_scaling"] is loss_scaling, record
+    if loss_scaling:  # tntrun's order (allreduce the unscaled gradients), not Keras' own
+        assert record["optimizer"] == "HorovodLossScaleOptimizer", record
+
+
 @pytest.fixture(scope="module")
 def float32_cnn(tmp_path_factory):
     return train_cnn(tmp_path_factory.mktemp("float32"))
@@ -144,9 +177,12 @@ def float32_cnn(tmp_path_factory):
     ids=["mixed_bfloat16", "jit_compile", "mixed_float16"],
 )  # fmt: skip
 def test_cnn_reaches_the_float32_accuracy(float32_cnn, tmp_path, overrides):
-    reference, _, _ = float32_cnn
+    reference, _, reference_dir = float32_cnn
     assert reference["val_accuracy"] > 0.85
+    assert_trained_in(reference_dir, "float32")
     final, losses, run_dir = train_cnn(tmp_path, *overrides)
+    precision = dict(o.split("=") for o in overrides).get("train.precision", "float32")
+    assert_trained_in(run_dir, precision)
     assert len(losses) == 3 and all(math.isfinite(v) for v in losses)
     assert losses[-1] < losses[0]
     assert abs(final["val_accuracy"] - reference["val_accuracy"]) <= ACCURACY_TOLERANCE, (

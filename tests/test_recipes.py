@@ -59,6 +59,15 @@ def test_resnet50_dry_run_shows_the_seeds_numbers(tmp_path):
     assert "trains the first 1 of the schedule's 90 epochs" in result.stderr
 
 
+def test_a_smoke_run_shorter_than_the_transformers_warmup_is_noted_not_refused(tmp_path):
+    # inverse_sqrt has no end: a 1-epoch run (156 steps) inside its 400-step warmup is fine.
+    smoke_run = ("experiment=transformer_numbers", "train.epochs=1", "dry_run=true")
+    result = tntrun_cli(tmp_path, *smoke_run)
+    assert result.returncode == 0, result.stderr
+    (note,) = [line for line in result.stderr.splitlines() if line.startswith("tntrun: note:")]
+    assert "steps end inside the 400-step warmup (train.epochs=1)" in note
+
+
 def test_transformer_big_wmt14_counts_its_batch_in_tokens(compose_cfg):
     overrides = ("experiment=transformer_big_wmt14", "dataset.data_dir=/data", *SEED_LAYOUT[:3])
     cfg = plain_config(compose_cfg(*overrides), list(overrides), {})

@@ -9,6 +9,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
+from tests.components import require_module
 from tests.conftest import BIN, clean_env, store_uri, tntrun_cli, tntrun_command
 
 pytestmark = pytest.mark.slow
@@ -91,7 +92,7 @@ def sweep_runs(tmp_path):
 
 
 def test_optuna_sweeper_optimises_the_returned_objective(tmp_path):
-    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    require_module("hydra_plugins.hydra_optuna_sweeper")
     result = tntrun_cli(
         tmp_path, "-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=2",
         "hydra.sweeper.direction=maximize", "optimizer.base_lr=interval(0.001,0.01)",
@@ -109,7 +110,7 @@ def test_parallel_submitit_local_launcher_nests_its_jobs_and_a_failed_one_fails_
     tmp_path,
 ):
     """Submitit's jobs run in other processes: the sweep's exit code comes from the store."""
-    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    require_module("hydra_plugins.hydra_submitit_launcher")
     result = tntrun_cli(
         tmp_path, "-m", "hydra/launcher=submitit_local", "model.hidden_units=[16],[-5]",
         "ranks_per_node=1", "train.epochs=1", "tracking.system_metrics=false",

@@ -218,6 +218,7 @@ def test_metrics_written_while_the_server_is_down_reach_the_run_once_it_is_back(
         "+callbacks.pace.ranks=master_only",
         "+callbacks.pace.step_s=0.1",
         f"+callbacks.pace.until={until}",
+        "+callbacks.pace.hold_at_step=400",  # of 440: training outlasts the outage, however long
     )
     run_dir = wait_for_training(tmp_path, process, lines=5)
     mlflow_server.kill()

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from tests.components import require_module, require_path
 from tests.conftest import BIN, clean_env, free_port, run_dir_of, store_uri, tntrun_cli
 
 pytestmark = pytest.mark.slow
@@ -35,11 +36,9 @@ def wait_healthy(url: str, server: subprocess.Popen, seconds: float = 90) -> Non
     raise AssertionError(f"mlflow server at {url} not healthy within {seconds} s")
 
 
-@pytest.mark.skipif(
-    not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed (make test installs it)"
-)
 def test_the_runs_table_shows_name_dataset_and_a_metric_chart(tmp_path):
-    sync_api = pytest.importorskip("playwright.sync_api")
+    require_path(Path(CHROMIUM), "Debian's chromium", "apt-get install chromium")
+    sync_api = require_module("playwright.sync_api")
     clock = time.monotonic()
     timings: dict[str, float] = {}
 

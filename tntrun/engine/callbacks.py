@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable
@@ -14,6 +15,7 @@ import tf_keras as keras
 
 from tntrun import run_files
 from tntrun.engine.collectives import checksums_across_ranks, weighted_mean
+from tntrun.engine.precision import observed_precision
 from tntrun.planning.checkpoints import publish, publish_best
 from tntrun.run_files import ENV_DRIVER_START
 
@@ -308,6 +310,19 @@ class Heartbeat(keras.callbacks.Callback):
     def on_train_end(self, logs=None):
         os.close(self._fd)
         self._fd = -1
+
+
+class PrecisionRecord(keras.callbacks.Callback):
+    """Master rank: write the dtypes the model trains in (``observed_precision``) as JSON
+    to ``path`` when training begins, so the precision of a run is evidenced by the model
+    the ranks built, not by the plan that asked for it."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+
+    def on_train_begin(self, logs=None):
+        self.path.write_text(json.dumps(observed_precision(self.model), indent=2))
 
 
 class EpochMetricsLogger(keras.callbacks.Callback):

@@ -99,6 +99,39 @@ def float32_outputs(model: Any, input_shape: Sequence[int]) -> Any:
     return keras.Model(inputs, tf.nest.pack_sequence_as(outputs, cast), name=model.name)
 
 
+def observed_precision(model: Any) -> dict[str, Any]:
+    """What the built, compiled ``model`` computes in, read from the model itself rather
+    than from ``train.precision``, so a policy that never reached the ranks shows: each
+    layer's class, compute and variable dtype and the dtype of its symbolic output, the
+    trainable variables' dtypes, the model's output dtypes and its optimizer (loss scaled
+    or not)."""
+    layers = []
+    for layer in model.layers:
+        try:
+            produced = [t.dtype.name for t in tf.nest.flatten(layer.output)]
+        except (AttributeError, RuntimeError, ValueError):  # called never, or more than once
+            produced = None
+        layers.append(
+            {
+                "name": layer.name,
+                "class": type(layer).__name__,
+                "compute_dtype": layer.compute_dtype,
+                "variable_dtype": layer.variable_dtype,
+                "output_dtypes": produced,
+                "trainable_variables": len(layer.trainable_variables),
+            }
+        )
+    outputs = model.outputs
+    return {
+        "global_policy": keras.mixed_precision.global_policy().name,
+        "layers": layers,
+        "trainable_variables": [[v.name, v.dtype.name] for v in model.trainable_variables],
+        "outputs": None if outputs is None else [t.dtype.name for t in tf.nest.flatten(outputs)],
+        "optimizer": type(model.optimizer).__name__,
+        "loss_scaling": isinstance(model.optimizer, LossScaleOptimizerV3),
+    }
+
+
 def local_gradients(optimizer: Any, loss: tf.Tensor, variables: Sequence[Any], tape) -> list:
     """This rank's gradients of ``loss`` (the true, unscaled ones), before any allreduce.
 

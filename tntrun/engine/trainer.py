@@ -30,7 +30,7 @@ from tntrun.engine.stop_requests import StopRequests
 from tntrun.engine.tasks import compile_spec
 from tntrun.planning.checkpoints import STATE_PREFIX, CheckpointMeta, config_hash
 from tntrun.planning.plan import Plan
-from tntrun.run_files import FINAL_MODEL, FINAL_WEIGHTS, HEARTBEATS, TENSORBOARD
+from tntrun.run_files import FINAL_MODEL, FINAL_WEIGHTS, HEARTBEATS, PRECISION, TENSORBOARD
 from tntrun.tracking.metrics_stream import MetricsWriter
 
 COMPRESSION = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16}
@@ -282,13 +282,17 @@ def checkpoint_meta(cfg: Any, plan: Plan) -> Callable[[int, int], CheckpointMeta
 def master_callbacks(
     cfg: Any, plan: Plan, run_dir: Path, metrics_log: Any, save_model: Any
 ) -> list[keras.callbacks.Callback]:
-    """Logging, progress, checkpoints and TensorBoard: the master rank's callbacks."""
+    """Logging, progress, the precision record, checkpoints and TensorBoard: the master
+    rank's callbacks."""
 
     def log_epoch(metrics: dict[str, float], epoch: int) -> None:
         metrics_log.log(metrics, step=epoch)
         print(_progress_line(metrics, epoch, plan.epochs), flush=True)
 
-    chosen: list[keras.callbacks.Callback] = [cb.EpochMetricsLogger(log_epoch)]
+    chosen: list[keras.callbacks.Callback] = [
+        cb.EpochMetricsLogger(log_epoch),
+        cb.PrecisionRecord(run_dir / PRECISION),
+    ]
     ckpt = cfg.checkpoint
     if ckpt.every_epochs > 0 or ckpt.monitor:
         chosen.append(cb.Checkpointer(

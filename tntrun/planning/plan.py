@@ -106,6 +106,25 @@ class Plan:
         """True when this run trains only the first epochs of a longer schedule."""
         return self.epochs < self.schedule_epochs
 
+    def notes(self) -> list[str]:
+        """Legitimate but surprising things about this run, told before it starts: a smoke run
+        of a long recipe stops early, possibly inside the warmup."""
+        parts = []
+        if self.stops_early:
+            parts.append(
+                f"train.epochs={self.epochs} trains the first {self.epochs} of the schedule's "
+                f"{self.schedule_epochs} epochs (schedule.epochs); the LR follows the full "
+                "schedule and the run stops early"
+            )
+        warmup = self.schedule.warmup_steps
+        if self.total_steps < warmup:
+            parts.append(
+                f"the run's {self.total_steps} steps end inside the {warmup}-step warmup "
+                f"(train.epochs={self.epochs}), so the LR never reaches its peak "
+                f"{self.scaled_lr:g}"
+            )
+        return ["; ".join(parts)] if parts else []
+
     def summary_params(self) -> dict[str, Any]:
         """Plan values worth logging as run parameters (prefixed ``plan.``)."""
         keys = (
@@ -206,15 +225,18 @@ def schedule_params(
         return ScheduleParams(name=name, peak_lr=peak_lr, total_steps=optimizer_steps)
     explicit = sched.get("warmup_steps")
     warmup = int(explicit) if explicit is not None else round(warmup_epochs * updates_per_epoch)
-    if warmup > optimizer_steps:
+    # inverse_sqrt has no end (it decays as 1/sqrt(step) forever), so no length can end inside
+    # its warmup; a run shorter than the warmup is noted by Plan.notes(), not refused.
+    if name != "inverse_sqrt" and warmup > optimizer_steps:
         given = (
             f"warmup_steps={explicit}"
             if explicit is not None
             else (f"warmup_epochs={warmup_epochs:g}")
         )
         raise PlanError(
-            f"schedule.{given} ({warmup} steps) is longer than training ({optimizer_steps} "
-            f"steps, {length_key}): shorten the warmup or raise {length_key.split('=')[0]}"
+            f"schedule.{given} ({warmup} steps) is longer than the schedule ({optimizer_steps} "
+            f"steps, {length_key}), which would end inside its warmup: shorten the warmup or "
+            f"raise {length_key.split('=')[0]}"
         )
     boundaries_epochs = list(sched.get("boundaries_epochs") or [])
     if name != "warmup_piecewise":

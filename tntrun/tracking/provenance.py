@@ -87,7 +87,9 @@ def horovod_build() -> dict[str, str]:
     key = hashlib.sha256(f"{metadata}:{metadata.stat().st_mtime_ns if metadata.exists() else 0}"
                          .encode()).hexdigest()[:16]  # fmt: skip
     cached = CACHE / f"check-build-{key}.txt"
-    if not cached.exists():
+    if cached.exists():
+        summary = cached.read_text()
+    else:
         try:
             out = subprocess.run(
                 [venv_executable("horovodrun"), "--check-build"],
@@ -98,9 +100,9 @@ def horovod_build() -> dict[str, str]:
             )
             summary = " ".join(
                 line.strip() for line in out.stdout.splitlines() if line.strip().startswith("[X]")
-            )  # fmt: skip
-        except (OSError, subprocess.SubprocessError) as err:
+            )
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            cached.write_text(summary)
+        except (OSError, subprocess.SubprocessError) as err:  # a busy machine: ask next time
             summary = f"unavailable: {err}"
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        cached.write_text(summary)
-    return {"horovod.check_build": cached.read_text(), "horovod.built_for_tensorflow": built_for}
+    return {"horovod.check_build": summary, "horovod.built_for_tensorflow": built_for}
