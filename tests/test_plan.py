@@ -228,3 +228,10 @@ def test_planning_does_not_import_tensorflow():
         "sys.exit(f'driver imported {bad}' if bad else 0)"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_notes_tell_a_run_of_what_will_not_happen(compose_cfg):
+    assert plan_for(compose_cfg).notes() == []
+    (note,) = plan_for(compose_cfg, "horovod.hierarchical_allreduce=true").notes()
+    assert note.startswith("horovod.hierarchical_allreduce=true has no effect on CPU ranks")
+    assert plan_for(compose_cfg, "horovod.hierarchical_allreduce=true", "gpus=4").notes() == []

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import subprocess
@@ -15,6 +16,8 @@ from hydra import compose, initialize_config_module
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
+from tests.bounds import after_scancel_s
+from tests.components import require_module
 from tests.conftest import (
     DETERMINISTIC,
     PACE,
@@ -25,11 +28,15 @@ from tests.conftest import (
     tntrun_command,
     weights_in,
 )
+from tests.processes import Hold, Process, describe, processes_while_running, run_processes
+from tests.test_failures import assert_nothing_left
+from tntrun import run_files
 from tntrun.launch import LaunchSpec
 from tntrun.launch.knobs import horovod_knobs
 from tntrun.launch.srun import SrunLauncher, horovod_env
 from tntrun.planning.layout import allocation_layout
 from tntrun.planning.plan import Plan
+from tntrun.tracking.provenance import horovod_build
 
 
 def test_allocation_fills_the_layout_keys_not_given():
@@ -101,12 +108,113 @@ def ran_on_both_nodes(result: subprocess.CompletedProcess) -> bool:
             and "rank 1/2: local rank 0, host tnt-h2" in result.stdout)  # fmt: skip
 
 
+# Found beside the ranks of an srun run while they run; the ranks are slurmstepd's children.
+SRUN = ("driver", "srun", "rendezvous server", "slurmstepd")
+# A margin, not a Slurm setting: a step's slurmstepd exits just after reporting its end, so it
+# may outlive srun (and salloc) or the job's leaving squeue by a moment; the ranks may not.
+STEPD_EXIT_S = 5.0
+KILL_WAIT_S = 10.0  # scripts/slurm_cluster.sh's KillWait
+
+
+def srun_processes_while_running(run_dir: Path) -> list[Process]:
+    """The positive control of an srun run: each rank a child of its node's slurmstepd."""
+    seen = processes_while_running(run_dir, 2, *SRUN)
+    steps = {p.pid for p in seen if p.role == "slurmstepd"}
+    for rank, node in enumerate(("tnt-h1", "tnt-h2")):
+        (found,) = [p for p in seen if p.role == f"rank {rank}"]
+        assert found.ppid in steps and found.environ.get("SLURMD_NODENAME") == node, describe(seen)
+    return seen
+
+
+def assert_srun_run_left_nothing(run_dir: Path, seen: list[Process]) -> None:
+    """Once the job (or salloc) ended: no process of the run, a slurmstepd within a moment."""
+    left = [p for p in run_processes(run_dir, seen) if p.role != "slurmstepd"]
+    assert not left, describe(left)
+    assert_nothing_left(run_dir, seen, time.monotonic(), STEPD_EXIT_S)
+
+
+# Horovod knobs proven by Horovod itself on srun ranks: its autotuner's log
+# (HOROVOD_AUTOTUNE_LOG) holds a row per tuning sample with the values Horovod runs
+# with; fixed by HOROVOD_CYCLE_TIME and HOROVOD_FUSION_THRESHOLD, they are not tuned.
+KNOBS = (
+    "horovod.timeline=true",
+    "horovod.autotune=true",
+    "horovod.hierarchical_allreduce=true",
+    "horovod.cycle_time_ms=3.5",
+    "horovod.fusion_threshold_kb=6144",
+)
+KNOB_ENV = {
+    "HOROVOD_AUTOTUNE": "1",
+    "HOROVOD_HIERARCHICAL_ALLREDUCE": "1",
+    "HOROVOD_CYCLE_TIME": "3.5",
+    "HOROVOD_FUSION_THRESHOLD": str(6144 * 1024),
+}
+# Not tntrun's: a tuning sample every step, no warm-up, so 2 epochs log rows (Horovod's defaults,
+# 10 steps a sample, 5 samples a score and 3 warm-up scores, log a first row after 200 steps).
+AUTOTUNE_SAMPLING = {
+    "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE": "1",
+    "HOROVOD_AUTOTUNE_WARMUP_SAMPLES": "0",
+}
+# The log's header line (Horovod's parameter_manager.cc).
+AUTOTUNE_HEADER = (
+    "hierarchical_allreduce,hierarchical_allgather,torus_allreduce,cache_enabled,cycle_time_ms,"
+    "tensor_fusion_threshold,score"
+)
+
+
+def assert_horovod_ran_with_the_knobs(run_dir: Path) -> None:
+    """Horovod's autotune log: written, with rows of the configured cycle time (ms) and
+    fusion threshold (MB). Hierarchical allreduce exists only in Horovod's NCCL/DDL GPU
+    allreduce: a build without them forces it off (operations.cc), and the log says so."""
+    lines = (run_dir / run_files.AUTOTUNE_LOG).read_text().splitlines()
+    assert lines[:1] == [AUTOTUNE_HEADER] and lines[1:], f"no tuning sample logged: {lines}"
+    built = horovod_build().get("horovod.check_build", "")
+    hierarchical = "1" if "[X] NCCL" in built or "[X] DDL" in built else "0"
+    for row in csv.DictReader(lines, skipinitialspace=True):
+        assert float(row["cycle_time_ms"]) == 3.5, lines
+        assert float(row["tensor_fusion_threshold"]) == 6144 / 1024, lines
+        assert row["hierarchical_allreduce"] == hierarchical, (built, lines)
+
+
 @pytest.mark.slow
 def test_srun_on_two_slurm_nodes_trains_like_two_local_ranks(slurm, two_local_ranks_weights,
                                                               tmp_path):  # fmt: skip
-    result = salloc_tntrun(slurm, tmp_path, "launcher=srun", "horovod.network_interface=tnt0",
-                           "horovod.timeline=true", *DETERMINISTIC)  # fmt: skip
+    """With Horovod's knobs set: the srun ranks run with them (Horovod's own record) and
+    train like two local ranks without them (none changes the arithmetic); no process of the
+    run is left."""
+    hold = Hold(tmp_path)
+    command = tntrun_command(
+        tmp_path,
+        *hold.overrides(),
+        "launcher=srun",
+        "horovod.network_interface=tnt0",
+        *KNOBS,
+        *DETERMINISTIC,
+    )
+    out, err = tmp_path / "salloc.out", tmp_path / "salloc.err"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        salloc = subprocess.Popen(
+            ["salloc", "-N2", "-n2", *command],
+            cwd=tmp_path,
+            env={**slurm.env(), **AUTOTUNE_SAMPLING},
+            stdout=stdout,
+            stderr=stderr,
+            text=True,
+        )
+    try:
+        hold.wait(180, salloc)
+        seen = srun_processes_while_running(hold.run_dir())
+    finally:
+        hold.release()  # after a failed check too: the run ends by itself
+        try:
+            code = salloc.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            salloc.kill()
+            raise
+    result = subprocess.CompletedProcess(salloc.args, code, out.read_text(), err.read_text())
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    for rank in (p for p in seen if p.role.startswith("rank ")):  # the live ranks' variables
+        assert {k: rank.environ.get(k) for k in KNOB_ENV} == KNOB_ENV, rank.describe()
     assert ran_on_both_nodes(result), result.stdout[-3000:]
     run_dir = run_dir_of(result)
     plan = json.loads((run_dir / "plan.json").read_text())
@@ -125,7 +233,9 @@ def test_srun_on_two_slurm_nodes_trains_like_two_local_ranks(slurm, two_local_ra
     assert (run.data.params["nodes"], run.data.params["ranks_per_node"]) == ("2", "1")
     assert {"rank.0.log", "rank.1.log"} <= {p.name for p in (run_dir / "logs").iterdir()}
     assert (run_dir / "horovod_timeline.json").stat().st_size > 0  # a knob as HOROVOD_TIMELINE
+    assert_horovod_ran_with_the_knobs(run_dir)
     assert_same_weights(final_weights(result), two_local_ranks_weights)
+    assert_srun_run_left_nothing(run_dir, seen)
 
 
 @pytest.mark.slow
@@ -177,9 +287,26 @@ def test_the_readmes_sbatch_script_runs_to_finished(slurm, tmp_path):
 
 @pytest.mark.slow
 def test_scancel_ends_the_run_killed_with_no_process_left(slurm, tmp_path):
-    job = sbatch(slurm, tmp_path, "train.epochs=50", "tracking.system_metrics=false",
-                 "checkpoint.min_interval_s=0")  # fmt: skip
+    """The search finds the driver in the batch step, srun, the rendezvous server and the
+    ranks under their slurmstepd while they run, and none of them after scancel."""
+    hold = Hold(tmp_path)
+    job = sbatch(
+        slurm,
+        tmp_path,
+        *hold.overrides(),
+        "train.epochs=50",
+        "tracking.system_metrics=false",
+        "checkpoint.min_interval_s=0",
+    )
     out = tmp_path / f"tntrun-{job}.out"
+    try:
+        hold.wait(180)
+        seen = srun_processes_while_running(hold.run_dir())
+    except BaseException:  # not 50 epochs for nobody, nor a job outliving the cluster
+        slurm.run("scancel", job, cwd=tmp_path)
+        wait_for(lambda: job_gone(slurm, job), 60, f"job {job} to end")
+        raise
+    hold.release()
     wait_for(lambda: out.exists() and "checkpoint saved: epoch 1" in out.read_text(), 180,
              "the first checkpoint")  # fmt: skip
     cancelled = time.monotonic()
@@ -190,9 +317,8 @@ def test_scancel_ends_the_run_killed_with_no_process_left(slurm, tmp_path):
     run_dir = run_dir_of(subprocess.CompletedProcess([], 0, output))
     run = MlflowClient(store_uri(tmp_path)).get_run((run_dir / "mlflow_run_id").read_text())
     assert run.info.status == "KILLED", output[-3000:]
-    left = subprocess.run(["pgrep", "-af", str(run_dir)], capture_output=True, text=True).stdout
-    assert not [line for line in left.splitlines() if "pgrep" not in line], left
-    assert ended < 20, f"the job took {ended:.1f} s to end after scancel"
+    assert_srun_run_left_nothing(run_dir, seen)
+    assert ended < after_scancel_s(KILL_WAIT_S), f"the job took {ended:.1f} s after scancel"
 
 
 @pytest.mark.slow
@@ -216,7 +342,7 @@ def test_the_submitit_preset_runs_a_two_job_sweep_on_the_cluster(slurm, tmp_path
 
 
 def test_submitit_preset_sizes_the_job_from_the_layout():
-    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    require_module("hydra_plugins.hydra_submitit_launcher")
     with initialize_config_module(config_module="tntrun.conf", version_base="1.3"):
         cfg = compose(config_name="config", return_hydra_config=True,
                       overrides=["hydra/launcher=tntrun_slurm", "nodes=2", "gpus=4",

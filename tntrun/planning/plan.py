@@ -108,7 +108,7 @@ class Plan:
 
     def notes(self) -> list[str]:
         """Legitimate but surprising things about this run, told before it starts: a smoke run
-        of a long recipe stops early, possibly inside the warmup."""
+        of a long recipe stops early, possibly inside the warmup; a knob that cannot act."""
         parts = []
         if self.stops_early:
             parts.append(
@@ -123,7 +123,13 @@ class Plan:
                 f"(train.epochs={self.epochs}), so the LR never reaches its peak "
                 f"{self.scaled_lr:g}"
             )
-        return ["; ".join(parts)] if parts else []
+        notes = ["; ".join(parts)] if parts else []
+        if self.gpus_per_node == 0 and any(k.key == "hierarchical_allreduce" for k in self.horovod):
+            notes.append(
+                "horovod.hierarchical_allreduce=true has no effect on CPU ranks (gpus=0): "
+                "Horovod's hierarchical allreduce is NCCL's, so the allreduce stays flat"
+            )
+        return notes
 
     def summary_params(self) -> dict[str, Any]:
         """Plan values worth logging as run parameters (prefixed ``plan.``)."""
