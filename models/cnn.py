@@ -6,6 +6,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from tntrun.models.base import keras_module
+
 
 @dataclass
 class CnnConfig:
@@ -42,8 +44,7 @@ def image_shape(input_shape: Sequence[int]) -> tuple[int, int, int]:
 
 def image_input(input_shape: Sequence[int]):
     """(Keras input of ``input_shape``, the same tensor viewed as an HxWxC image)."""
-    import tf_keras as keras
-
+    keras = keras_module()
     inputs = keras.Input(shape=tuple(int(d) for d in input_shape), name="features")
     shape = image_shape(input_shape)
     if tuple(inputs.shape[1:]) == shape:
@@ -63,8 +64,7 @@ def build_cnn(
 
     Convolutions and pools pad 'same', so inputs as small as 1x1 still work.
     """
-    import tf_keras as keras
-
+    keras = keras_module()
     inputs, x = image_input(input_shape)
     for i, width in enumerate(filters):
         x = keras.layers.Conv2D(

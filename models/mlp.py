@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from tntrun.models.base import keras_module
+
 
 @dataclass
 class MlpConfig:
@@ -23,8 +25,7 @@ def build_mlp(
     dropout: float = 0.0,
 ):
     """Dense ReLU layers with optional dropout, ending in ``num_classes`` logits."""
-    import tf_keras as keras
-
+    keras = keras_module()
     inputs = keras.Input(shape=tuple(input_shape), name="features")
     x = keras.layers.Flatten()(inputs)
     for i, units in enumerate(hidden_units):

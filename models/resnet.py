@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from tntrun.models.base import keras_module
 from tntrun.models.cnn import image_input
 
 # depth -> (block kind, blocks per stage); stage widths are 64, 128, 256, 512.
@@ -56,9 +57,7 @@ class _Layers:
     """Layer factories sharing the regulariser, initialisers and BatchNorm settings."""
 
     def __init__(self, weight_decay: float, zero_init_residual: bool) -> None:
-        import tf_keras as keras
-
-        self.keras = keras
+        keras = self.keras = keras_module()
         self.regularizer = keras.regularizers.L2(weight_decay / 2) if weight_decay else None
         self.zero_init_residual = zero_init_residual
 

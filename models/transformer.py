@@ -1,4 +1,4 @@
-"""Encoder-decoder Transformer (Vaswani et al., 2017) for translation, in tf_keras.
+"""Encoder-decoder Transformer (Vaswani et al., 2017) for translation.
 
 The training model maps ``[source_ids, target_input_ids]`` (int32, padded
 with id 0) to logits of shape (batch, length, vocabulary). It is a
@@ -16,9 +16,16 @@ functional model of three named layers that inference reuses
 Residual blocks are pre-norm by default (``x + dropout(f(layer_norm(x)))``
 with a final layer norm per stack: stable without tuning the warmup);
 ``pre_norm=false`` gives the paper's post-norm ``layer_norm(x + dropout(f(x)))``.
-The layer classes are defined on first use (TensorFlow is imported lazily) and
-registered for Keras serialisation: call :func:`layer_classes` before loading a
-saved model in a fresh process.
+The layer classes are defined on first use (TensorFlow is imported lazily),
+once for each Keras (``tntrun.models.base.keras_module``: tf_keras or Keras 3,
+whose TensorFlow backend runs the layers' TensorFlow ops), and registered for
+Keras serialisation: call :func:`layer_classes` before loading a saved model in
+a fresh process.
+
+Attention masks reach the layers as booleans, turned into the -1e9 bias in
+float32 inside the attention: Keras 3 casts every floating-point argument of a
+layer call to the compute dtype (tf_keras only the first), and -1e9 overflows
+float16.
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
+
+from tntrun.models.base import keras_module
 
 PARAM_SETS: dict[str, dict[str, Any]] = {
     "tiny": {"num_layers": 2, "d_model": 64, "filter_size": 256, "num_heads": 4, "dropout": 0.1},
@@ -86,8 +95,7 @@ def build_transformer(
     ``input_shape`` is ``(max_length,)`` of the training data; the model itself
     accepts any sequence length.
     """
-    import tf_keras as keras
-
+    keras = keras_module()
     if len(input_shape) != 1:
         raise ValueError(f"a Transformer takes token id vectors, not input_shape={input_shape}")
     hp = resolve_hparams(
@@ -109,22 +117,41 @@ def build_transformer(
     return keras.Model([source, target], logits, name=f"transformer_{param_set}")
 
 
-@functools.cache
 def layer_classes() -> SimpleNamespace:
-    """The Transformer's Keras layers and mask helpers (imports TensorFlow)."""
-    import tensorflow as tf
-    import tf_keras as keras
+    """The Transformer's layers and mask helpers for the Keras of ``keras_module()``.
 
+    Imports TensorFlow; the classes are made (and registered) once per Keras.
+    """
+    return _layer_classes(keras_module())
+
+
+@functools.cache
+def _layer_classes(keras) -> SimpleNamespace:
+    import tensorflow as tf
+
+    if keras.backend.backend() != "tensorflow":
+        raise RuntimeError(
+            "the Transformer's layers run TensorFlow ops: set KERAS_BACKEND=tensorflow "
+            f"(Keras runs on {keras.backend.backend()})"
+        )
     register = keras.saving.register_keras_serializable(package="tntrun.transformer")
+
+    def padding_mask(ids):
+        """(batch, 1, 1, length): True at padding ids (id 0), which no query may see."""
+        return tf.equal(ids, 0)[:, None, None, :]
+
+    def causal_mask(length):
+        """(1, 1, length, length): True where a position would see a later one."""
+        positions = tf.range(length)
+        return (positions[None, :] > positions[:, None])[None, None]
+
+    def mask_bias(blocked):
+        """Float32 -1e9 where ``blocked``, 0 elsewhere: added to attention logits."""
+        return tf.cast(blocked, tf.float32) * NEG_INF
 
     def padding_bias(ids):
         """(batch, 1, 1, length): -1e9 at padding ids, added to attention logits."""
-        return tf.cast(tf.equal(ids, 0), tf.float32)[:, None, None, :] * NEG_INF
-
-    def causal_bias(length):
-        """(1, 1, length, length): -1e9 where a position would see a later one."""
-        allowed = tf.linalg.band_part(tf.ones((length, length)), -1, 0)
-        return ((1.0 - allowed) * NEG_INF)[None, None]
+        return mask_bias(padding_mask(ids))
 
     def positional_encoding(positions, d_model: int):
         """Sinusoids (sin half, cos half) of float ``positions``: (len(positions), d_model)."""
@@ -160,8 +187,18 @@ def layer_classes() -> SimpleNamespace:
         def get_config(self):
             return {**super().get_config(), "vocab_size": self.vocab_size, "d_model": self.d_model}
 
+    class _Composite(keras.layers.Layer):
+        """A layer of sublayers, which build on their first call (as tf_keras builds them).
+
+        Without a ``build`` of its own, Keras 3 would trace ``call`` once more per
+        nesting level to find the sublayers' shapes (Transformer-base: 3x the time).
+        """
+
+        def build(self, input_shape):
+            super().build(input_shape)
+
     @register
-    class MultiHeadAttention(keras.layers.Layer):
+    class MultiHeadAttention(_Composite):
         """Scaled dot-product attention over ``num_heads`` heads (no biases, like the paper)."""
 
         def __init__(self, d_model: int, num_heads: int, dropout: float, **kwargs):
@@ -195,8 +232,10 @@ def layer_classes() -> SimpleNamespace:
             batch, length = tf.shape(heads)[0], tf.shape(heads)[1]
             return self.projection(tf.reshape(heads, [batch, length, self.d_model]))
 
-        def call(self, x, memory, bias, training=None):
-            return self.attend(x, *self.project_key_value(memory), bias, training=training)
+        def call(self, x, memory, blocked, training=None):
+            """``blocked`` (boolean, broadcast to batch, heads, queries, keys): pairs not seen."""
+            key, value = self.project_key_value(memory)
+            return self.attend(x, key, value, mask_bias(blocked), training=training)
 
         def get_config(self):
             return {
@@ -207,7 +246,7 @@ def layer_classes() -> SimpleNamespace:
             }
 
     @register
-    class FeedForward(keras.layers.Layer):
+    class FeedForward(_Composite):
         """Position-wise ReLU layer of ``filter_size`` units and back to ``d_model``."""
 
         def __init__(self, d_model: int, filter_size: int, dropout: float, **kwargs):
@@ -228,7 +267,7 @@ def layer_classes() -> SimpleNamespace:
                 "dropout": self.dropout,
             }
 
-    class _Block(keras.layers.Layer):
+    class _Block(_Composite):
         """Residual sub-layers with pre- or post-norm and residual dropout."""
 
         def __init__(self, d_model, num_heads, filter_size, dropout, pre_norm, **kwargs):
@@ -270,9 +309,9 @@ def layer_classes() -> SimpleNamespace:
                 epsilon=1e-6, name="attention_norm"
             )
 
-        def call(self, x, bias, training=None):
+        def call(self, x, blocked, training=None):
             def attend(y):
-                return self.self_attention(y, y, bias, training=training)
+                return self.self_attention(y, y, blocked, training=training)
 
             x = self.residual(x, self.attention_norm, attend, training)
             return self.feed_forward_residual(x, training)
@@ -290,12 +329,12 @@ def layer_classes() -> SimpleNamespace:
             self.self_norm = keras.layers.LayerNormalization(epsilon=1e-6, name="self_norm")
             self.cross_norm = keras.layers.LayerNormalization(epsilon=1e-6, name="cross_norm")
 
-        def call(self, x, memory, self_bias, memory_bias, training=None):
+        def call(self, x, memory, self_blocked, memory_blocked, training=None):
             def attend_self(y):
-                return self.self_attention(y, y, self_bias, training=training)
+                return self.self_attention(y, y, self_blocked, training=training)
 
             def attend_memory(y):
-                return self.cross_attention(y, memory, memory_bias, training=training)
+                return self.cross_attention(y, memory, memory_blocked, training=training)
 
             x = self.residual(x, self.self_norm, attend_self, training)
             x = self.residual(x, self.cross_norm, attend_memory, training)
@@ -310,8 +349,7 @@ def layer_classes() -> SimpleNamespace:
             """
             length = tf.shape(cache["key"])[2]
             at_step = tf.one_hot(step, length, dtype=cache["key"].dtype)[None, None, :, None]
-            visible = tf.cast(tf.range(length) <= step, tf.float32)
-            bias = ((1.0 - visible) * NEG_INF)[None, None, None, :]
+            bias = mask_bias(tf.range(length) > step)[None, None, None, :]
             updated = {}
 
             def attend_self(y):
@@ -327,7 +365,7 @@ def layer_classes() -> SimpleNamespace:
             x = self.residual(x, self.cross_norm, attend_memory, False)
             return self.feed_forward_residual(x, False), updated
 
-    class _Stack(keras.layers.Layer):
+    class _Stack(_Composite):
         """Positions, input dropout and ``num_layers`` blocks (+ a final norm when pre-norm)."""
 
         block_class: type
@@ -378,10 +416,10 @@ def layer_classes() -> SimpleNamespace:
 
         def call(self, inputs, training=None):
             embedded, source_ids = inputs
-            bias = padding_bias(source_ids)
+            blocked = padding_mask(source_ids)
             x = self.with_positions(embedded, training)
             for block in self.blocks:
-                x = block(x, bias, training=training)
+                x = block(x, blocked, training=training)
             return self.finish(x)
 
     @register
@@ -392,11 +430,11 @@ def layer_classes() -> SimpleNamespace:
 
         def call(self, inputs, training=None):
             embedded, memory, source_ids = inputs
-            self_bias = causal_bias(tf.shape(embedded)[1])
-            memory_bias = padding_bias(source_ids)
+            self_blocked = causal_mask(tf.shape(embedded)[1])
+            memory_blocked = padding_mask(source_ids)
             x = self.with_positions(embedded, training)
             for block in self.blocks:
-                x = block(x, memory, self_bias, memory_bias, training=training)
+                x = block(x, memory, self_blocked, memory_blocked, training=training)
             return self.finish(x)
 
         def memory_key_values(self, memory):
@@ -427,7 +465,8 @@ def layer_classes() -> SimpleNamespace:
         DecoderBlock=DecoderBlock,
         Encoder=Encoder,
         Decoder=Decoder,
+        padding_mask=padding_mask,
+        causal_mask=causal_mask,
         padding_bias=padding_bias,
-        causal_bias=causal_bias,
         positional_encoding=positional_encoding,
     )

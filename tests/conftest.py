@@ -19,6 +19,10 @@ from omegaconf import DictConfig
 from tests.components import require_commands, require_root
 
 BIN = Path(sys.executable).parent
+# The engine trains tf_keras until its Keras 3 switch: zoo models built in a test process
+# must match it, whichever test module was collected first (tests of Keras 3 run it in
+# subprocesses that drop this variable).
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 
 @pytest.fixture
