@@ -57,6 +57,13 @@ LOCAL = ("driver", "horovodrun")  # found beside the ranks of a run on this host
 WORLD_SIZE = 2
 
 
+def ignore_sigint() -> None:
+    """Start tntrun as a script's background job starts it (POSIX shells without job
+    control ignore SIGINT there): Ctrl-C and tntrun's own stop of the launcher must work
+    whatever disposition the driver inherits, and whoever started pytest."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 class Driver:
     """``tntrun`` in its own session, its output read line by line. Rank 0 is held at
     HOLD_STEP while the positive control searches the run's processes (``seen``): each
@@ -72,6 +79,7 @@ class Driver:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=ignore_sigint,
         )
         self.lines: list[str] = []
         self.seen: list[Process] = []

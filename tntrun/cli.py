@@ -7,6 +7,7 @@ This process is the driver and never imports TensorFlow. ``tntrun report``,
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -75,6 +76,9 @@ def _subcommand(argv: list[str]) -> int | None:
 
 def main() -> None:
     """Console-script entry point; a sweep exits non-zero if any of its jobs failed."""
+    # A script's background job starts with SIGINT ignored (POSIX shells without job
+    # control), which Python keeps: Ctrl-C (or `kill -INT`) must stop a run whatever its parent.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     code = _subcommand(sys.argv[1:])
     if code is not None:
         sys.exit(code)

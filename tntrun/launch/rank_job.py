@@ -61,7 +61,10 @@ def _stop(process: subprocess.Popen) -> None:
 def _end_with_parent() -> None:
     """In the launcher's process: SIGKILL when the driver dies, even by SIGKILL (Linux's
     parent-death signal; SIGTERM, which horovodrun once outlived by 30 s in CI, can be
-    caught); the ranks follow by the driver's heartbeat (driver_alive)."""
+    caught); the ranks follow by the driver's heartbeat (driver_alive). SIGINT, which
+    :func:`_stop` sends first, acts even if the driver was started with it ignored (a
+    script's background job)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     with contextlib.suppress(OSError):  # not glibc Linux: the heartbeat alone ends the ranks
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
