@@ -98,11 +98,12 @@ def horovod_build() -> dict[str, str]:
                 timeout=120,
                 env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
             )
+        except (OSError, subprocess.SubprocessError) as err:  # a busy machine: ask next time
+            summary = f"unavailable: {err}"
+        else:
             summary = " ".join(
                 line.strip() for line in out.stdout.splitlines() if line.strip().startswith("[X]")
             )
             cached.parent.mkdir(parents=True, exist_ok=True)
             cached.write_text(summary)
-        except (OSError, subprocess.SubprocessError) as err:  # a busy machine: ask next time
-            summary = f"unavailable: {err}"
     return {"horovod.check_build": summary, "horovod.built_for_tensorflow": built_for}
