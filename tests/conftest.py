@@ -19,10 +19,9 @@ from omegaconf import DictConfig
 from tests.components import require_commands, require_root
 
 BIN = Path(sys.executable).parent
-# The engine trains tf_keras until its Keras 3 switch: zoo models built in a test process
-# must match it, whichever test module was collected first (tests of Keras 3 run it in
-# subprocesses that drop this variable).
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+# Zoo models built in a test process use the Keras the ranks train (Keras 3 on TensorFlow),
+# whatever the environment of `make test` says.
+os.environ.update({"KERAS_BACKEND": "tensorflow", "TF_USE_LEGACY_KERAS": "0"})
 
 
 @pytest.fixture
@@ -131,7 +130,7 @@ import threading
 import time
 from pathlib import Path
 
-import tf_keras as keras
+import keras
 
 
 class Pace(keras.callbacks.Callback):

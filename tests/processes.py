@@ -204,7 +204,7 @@ HOLD = """
 import os
 import time
 
-import tf_keras as keras
+import keras
 
 
 class Hold(keras.callbacks.Callback):

@@ -14,7 +14,7 @@ from tntrun.config.checks import choice_problems
 from tntrun.errors import PlanError
 
 USER_MODEL = textwrap.dedent('''
-    import tf_keras as keras
+    import keras
 
 
     def build(input_shape, num_classes, width=16):

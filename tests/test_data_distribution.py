@@ -9,7 +9,6 @@ import pytest
 
 from tests.components import require_module
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 tf = require_module("tensorflow")
 

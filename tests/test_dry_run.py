@@ -18,7 +18,7 @@ def test_dry_run_prints_config_plan_and_command(run_tntrun, tmp_path):
     assert "warmup steps                      55 (5 epochs) from LR 0.025" in out
     assert "decay steps                       330, 660, 880 (epochs 30, 60, 80; x0.1)" in out
     assert "rank 1, host localhost, local rank 1" in out
-    assert "TF_USE_LEGACY_KERAS=1" in out
+    assert "KERAS_BACKEND=tensorflow" in out
     assert "--gloo -np 2 -H localhost:2" in out and "-m tntrun.engine.worker" in out
     assert "nothing was launched" in out
     assert not (tmp_path / "outputs" / "mlflow.db").exists()

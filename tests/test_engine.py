@@ -7,7 +7,6 @@ warmup + cosine LR) is trained several ways and the final weights compared.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -57,7 +56,7 @@ def two_ranks(tmp_path_factory):
     work = tmp_path_factory.mktemp("two_ranks")
     result = tntrun_cli(
         work, *CONFIG, "train.tensorboard=true",
-        "+callbacks.csv._target_=tf_keras.callbacks.CSVLogger",
+        "+callbacks.csv._target_=keras.callbacks.CSVLogger",
         "+callbacks.csv.filename=${hydra:runtime.output_dir}/epochs.csv",
         "+callbacks.csv.ranks=master_only",
     )  # fmt: skip
@@ -94,8 +93,7 @@ def test_rank_api_inside_a_two_rank_launch(two_ranks):
 
 
 def test_sharded_validation_equals_single_process_evaluation(two_ranks):
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-    import tf_keras as keras
+    import keras
 
     from tntrun.datasets.digits import DigitsDataset
 
@@ -224,12 +222,15 @@ def test_resume_by_run_id_with_an_allowed_layout_change(two_ranks, tmp_path):
     assert sorted({m.step for m in history}) == [0, 1, 2, 3, 4]
 
 
-def test_the_rank_side_engine_imports_neither_keras_3_nor_mlflow():
-    """Both cost seconds per rank before the first step (Keras 3 comes with
-    ``horovod.tensorflow.keras``; tntrun builds Horovod's optimizer on tf_keras directly)."""
+def test_the_rank_side_engine_imports_neither_tf_keras_nor_mlflow_nor_kerass_extras():
+    """Each costs a rank seconds before its first step: tf_keras and Horovod's Keras layer
+    are not used, MLflow is the driver's, and Keras 3 is imported without the optional
+    libraries it would load (tntrun.engine.worker.import_keras)."""
     code = (
-        "import sys, tntrun.engine.worker, tntrun.engine.trainer, tntrun.engine.runtime;"
-        "bad = [m for m in ('keras', 'mlflow', 'sklearn') if m in sys.modules];"
+        "import sys, tntrun.engine.worker as w; w.import_keras();"
+        "import tntrun.engine.trainer, tntrun.engine.runtime;"
+        "bad = [m for m in ('tf_keras', 'horovod.tensorflow.keras', 'mlflow',"
+        " *w.OPTIONAL_FOR_KERAS) if m in sys.modules];"
         "sys.exit(f'rank imported {bad}' if bad else 0)"
     )
     subprocess.run([sys.executable, "-c", code], check=True, env=clean_env())

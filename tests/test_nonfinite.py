@@ -26,7 +26,7 @@ QUIET = ("tracking.system_metrics=false", "tracking.log_every_steps=0")
 # that epoch however the training goes, and the later states differ from the best one.
 WIPE = """
 import tensorflow as tf
-import tf_keras as keras
+import keras
 
 
 class Wipe(keras.callbacks.Callback):
@@ -167,8 +167,8 @@ def test_the_best_checkpoint_is_the_state_of_the_best_epoch_not_the_newest(in_tm
     weights = [key for key in kept if key.startswith("model/")]
     assert weights and any(not np.array_equal(kept[k], newest[k]) for k in weights)
 
+    import keras
     import tensorflow as tf
-    import tf_keras as keras
 
     saved = keras.models.load_model(checkpoints / "best" / "model.keras", compile=False)
     restored = keras.models.clone_model(saved)  # fresh weights, then the best epoch's

@@ -278,7 +278,7 @@ import tntrun
 
 
 def build(input_shape, num_classes, width=16):
-    import tf_keras as keras
+    import keras
 
     record = {"rank": os.environ.get("HOROVOD_RANK"), "tntrun": tntrun.__file__,
               "python": sys.executable, "width": width}

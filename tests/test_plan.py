@@ -43,7 +43,8 @@ def test_default_plan_splits_global_batch_over_two_cpu_ranks(compose_cfg):
     assert cmd[:6] == ("horovodrun", "--gloo", "-np", "2", "-H", "localhost:2")
     assert cmd[-4:] == ("python", "-m", "tntrun.engine.worker", "/runs/x")
     env = dict(plan.launch_env)
-    assert env["TF_USE_LEGACY_KERAS"] == "1" and env["CUDA_VISIBLE_DEVICES"] == "-1"
+    assert env["KERAS_BACKEND"] == "tensorflow" and env["TF_USE_LEGACY_KERAS"] == "0"
+    assert env["CUDA_VISIBLE_DEVICES"] == "-1"
 
 
 def test_two_nodes_of_four_gpus(compose_cfg):

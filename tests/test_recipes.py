@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -80,7 +79,6 @@ def test_transformer_big_wmt14_counts_its_batch_in_tokens(compose_cfg):
 
 def write_tiny_imagenet(root: Path, train_per_file: int = 16) -> Path:
     """A Model Garden layout TFRecord set: 2 train files of JPEGs, 1 validation file of 8."""
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     import tensorflow as tf
 
     rng = np.random.default_rng(0)

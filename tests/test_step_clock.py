@@ -9,10 +9,9 @@ import pytest
 
 from tests.components import require_module
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 tf = require_module("tensorflow")
-keras = require_module("tf_keras")
+keras = require_module("keras")
 require_module("horovod.tensorflow")
 
 from tntrun.engine.scaling_profile import _StepClock  # noqa: E402

@@ -19,11 +19,10 @@ import pytest
 
 from tests.components import require_module
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 tf = require_module("tensorflow")
 
-import tf_keras as keras  # noqa: E402
+import keras  # noqa: E402
 
 from tntrun.config.zoo import build_dataset, build_model  # noqa: E402
 from tntrun.datasets.image_folder import ImageFolderDataset  # noqa: E402

@@ -26,7 +26,7 @@ from tntrun.config.user_code import add_user_path
 from tntrun.config.zoo import SizedDataset, check_targets, distributes_automatically, size_dataset
 from tntrun.datasets.base import DatasetInfo
 from tntrun.errors import PlanError
-from tntrun.launch import launcher_for
+from tntrun.launch import keras_override_note, launcher_for
 from tntrun.launch.clock import process_start_time
 from tntrun.launch.driver_alive import DriverHeartbeat, driver_tags
 from tntrun.launch.preemption import StopOnSignals, job_restart, requeue_after, slurm_tags
@@ -150,7 +150,8 @@ def run(exp: Experiment) -> RunResult:
         plan, sized = make_plan(exp, run_dir, resumed.point if resumed else None)
     except PlanError as err:
         return config_error(err.problems, run_dir)
-    for note in plan.notes():
+    keras_note = keras_override_note(os.environ)
+    for note in [*plan.notes(), *([keras_note] if keras_note else [])]:
         print(f"tntrun: note: {note}", file=sys.stderr)
     if cfg.dry_run:
         run_dir.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import tf_keras as keras
+import keras
 
 from tntrun.datasets.translation_text import strip_special
 from tntrun.run_files import TRANSLATIONS

@@ -1,4 +1,4 @@
-"""tntrun's own Keras callbacks (Horovod's Keras callbacks import Keras 3 and break)."""
+"""tntrun's own Keras callbacks (Horovod's Keras callbacks break under Keras 3)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import keras
 import numpy as np
 import tensorflow as tf
-import tf_keras as keras
 
 from tntrun import run_files
 from tntrun.engine.collectives import checksums_across_ranks, weighted_mean
-from tntrun.engine.precision import observed_precision
+from tntrun.engine.precision import observed_precision, state_checkpoint
 from tntrun.planning.checkpoints import publish, publish_best
 from tntrun.run_files import ENV_DRIVER_START
 
@@ -50,7 +50,7 @@ class ShardedValidation(keras.callbacks.Callback):
         if self.local_samples:
             local = self.model.evaluate(self.dataset, verbose=0, return_dict=True)
         else:  # no sample on this rank: contribute weight 0 with the same keys
-            local = {m.name: 0.0 for m in self.model.metrics}
+            local = dict.fromkeys(self.model.get_metrics_result(), 0.0)
         averaged = weighted_mean(local, self.local_samples, name=f"val_metrics.{tag}")
         return {f"val_{k}": v for k, v in averaged.items()}
 
@@ -97,7 +97,7 @@ class Checkpointer(keras.callbacks.Callback):
         waited = time.monotonic() - self._last_write >= self.min_interval_s
         if not (last and self.every > 0) and not (due and waited):
             return
-        state = tf.train.Checkpoint(model=self.model, optimizer=self.model.optimizer)
+        state = state_checkpoint(self.model, self.model.optimizer)
         path = publish(self.run_dir, meta, lambda prefix: state.write(prefix), self.keep)
         self._last_write = time.monotonic()
         print(f"checkpoint saved: epoch {done} -> {path}", flush=True)
@@ -114,7 +114,7 @@ class Checkpointer(keras.callbacks.Callback):
         if not np.isfinite(value) or (self.best is not None and not self.better(value, self.best)):
             return
         self.best = value
-        state = tf.train.Checkpoint(model=self.model, optimizer=self.model.optimizer)
+        state = state_checkpoint(self.model, self.model.optimizer)
         path = publish_best(self.run_dir, meta, lambda prefix: state.write(prefix),
                             self.monitor, value)  # fmt: skip
         if self.save_model is not None:
@@ -132,7 +132,6 @@ class WeightSyncGuard(keras.callbacks.Callback):
 
     def __init__(self, every_epochs: int = 1) -> None:
         super().__init__()
-        self._supports_tf_logs = True  # see Throughput
         self.every_epochs = every_epochs
         self._checked_first_step = False
 
@@ -150,7 +149,8 @@ class WeightSyncGuard(keras.callbacks.Callback):
         if spread > 1e-6 * max(1.0, float(abs(sums).max())):
             raise RuntimeError(
                 f"ranks' weights diverged {when} (checksums by rank: {sums.tolist()}): gradients "
-                "are not being averaged. Run ranks with TF_USE_LEGACY_KERAS=1 and tf-keras 2.18."
+                "are not being averaged: every update must go through the data-parallel "
+                "optimizer (see tntrun.engine.data_parallel)"
             )
 
     def on_train_batch_end(self, batch, logs=None):
@@ -175,8 +175,6 @@ class Throughput(keras.callbacks.Callback):
 
     def __init__(self, global_samples_per_step: int) -> None:
         super().__init__()
-        # Batch hooks that never read logs: Keras then skips converting them every step.
-        self._supports_tf_logs = True
         self.samples_per_step = global_samples_per_step
         self.epochs: list[tuple[float, int]] = []  # (seconds, steps)
         self._steps: list[float] = []
@@ -225,11 +223,12 @@ class Throughput(keras.callbacks.Callback):
 
 
 def current_lr(optimizer) -> float:
-    """The learning rate the optimizer applies at its current step."""
-    lr = optimizer.learning_rate
+    """The learning rate of the optimizer's last update: its schedule at the last step."""
+    inner = getattr(optimizer, "inner_optimizer", optimizer)  # a loss scale optimizer's
+    lr = inner._learning_rate  # the schedule (Keras' learning_rate evaluates the next step)
     if isinstance(lr, keras.optimizers.schedules.LearningRateSchedule):
-        lr = lr(optimizer.iterations)
-    return float(tf.convert_to_tensor(lr))
+        lr = lr(max(int(inner.iterations.numpy()) - 1, 0))
+    return float(keras.ops.convert_to_numpy(lr))
 
 
 class StepMetrics(keras.callbacks.Callback):
@@ -241,7 +240,6 @@ class StepMetrics(keras.callbacks.Callback):
     def __init__(self, every: int, global_batch: int, log_metrics: Callable | None) -> None:
         super().__init__()
         self.every, self.global_batch, self.log_metrics = every, global_batch, log_metrics
-        self._supports_tf_logs = True  # converts its one log value itself, every N steps
         self._last = (0, 0.0)
 
     def on_train_begin(self, logs=None):
@@ -264,7 +262,7 @@ class StepMetrics(keras.callbacks.Callback):
 
 
 class LearningRateLogger(keras.callbacks.Callback):
-    """Add the learning rate in force at the end of the epoch as ``lr``."""
+    """Add the learning rate of the epoch's last step as ``lr``."""
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None:
@@ -282,7 +280,6 @@ class Heartbeat(keras.callbacks.Callback):
 
     def __init__(self, directory: Path, rank: int) -> None:
         super().__init__()
-        self._supports_tf_logs = True  # never reads logs: no per-step conversion
         directory.mkdir(parents=True, exist_ok=True)
         self._path = directory / f"rank.{rank}"
         self._fd = -1

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import horovod.tensorflow as hvd
-import tf_keras as keras
+import keras
 
 KINDS = ("raise", "exit", "kill", "stall", "nan_loss")
 

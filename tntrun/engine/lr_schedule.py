@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from types import SimpleNamespace
 
+import keras
 import tensorflow as tf
-import tf_keras as keras
 
 from tntrun.planning.schedules import ScheduleParams, learning_rate
 

@@ -2,7 +2,7 @@
 NaN or infinite, and the trainer fails the run or rolls back to the last good state.
 
 The rank-averaged loss is allreduced inside the training step, in the same
-Horovod cycle as the gradients (:mod:`tntrun.engine.step_agreement`), so every
+Horovod cycle as the gradients (:mod:`tntrun.engine.data_parallel`), so every
 rank reads the same value after the step and decides alike, without an extra
 round of communication. Reading it costs one small read per step, shared with the
 preemption guard.
@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import horovod.tensorflow as hvd
+import keras
 import numpy as np
-import tf_keras as keras
 
 from tntrun import run_files
-from tntrun.engine.step_agreement import StepAgreement
+from tntrun.engine.data_parallel import StepAgreement, broadcast_state
 
 
 class NonFiniteLoss(RuntimeError):
@@ -40,7 +40,6 @@ class NonFiniteGuard(keras.callbacks.Callback):
 
     def __init__(self, agreement: StepAgreement) -> None:
         super().__init__()
-        self._supports_tf_logs = True  # uses no logs
         self.agreement = agreement
         self._epoch = 0
 
@@ -99,5 +98,5 @@ def roll_back(model: Any, optimizer: Any, plan: Any, run_dir: Path,
         from tntrun.engine.precision import read_checkpoint
 
         read_checkpoint(model, optimizer, str(Path(source) / STATE_PREFIX))
-    hvd.broadcast_variables(model.variables + list(optimizer.variables), root_rank=0)
+    broadcast_state(model, optimizer, root_rank=0)
     return epoch, batch, source or "the state before the first step"

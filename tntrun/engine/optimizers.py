@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import tf_keras as keras
+import keras
 
 PLAN_KEYS = ("name", "base_lr", "base_batch_size")
 

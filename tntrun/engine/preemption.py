@@ -4,7 +4,7 @@ A request to stop reaches a rank as a signal (Slurm's SIGTERM to every task, or
 ``train.preempt_signals``) or as the driver's ``stop.request`` file (the driver
 got the signal: ``sbatch --signal=B:USR1@60`` signals the batch step only, a
 ``kill`` reaches only the driver). The rank notes it; the next training step
-carries it in the gradients' allreduce (:mod:`tntrun.engine.step_agreement`),
+carries it in the gradients' allreduce (:mod:`tntrun.engine.data_parallel`),
 so all ranks learn after the same step that one of them was asked and raise
 :class:`Preempted` there. Rank 0 writes a checkpoint of that step (mid-epoch:
 ``epoch-0003.batch-00017``) and ``preempted.json``; every rank waits for it and
@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import horovod.tensorflow as hvd
-import tf_keras as keras
+import keras
 
 from tntrun import run_files
-from tntrun.engine.step_agreement import StepAgreement
+from tntrun.engine.data_parallel import StepAgreement
 from tntrun.engine.stop_requests import StopRequests
 from tntrun.planning.checkpoints import CheckpointMeta, publish
 
@@ -43,7 +43,6 @@ class PreemptionGuard(keras.callbacks.Callback):
     def __init__(self, requests: StopRequests, agreement: StepAgreement,
                  steps_per_epoch: int, epochs: int) -> None:  # fmt: skip
         super().__init__()
-        self._supports_tf_logs = True  # uses no logs
         self.requests, self.agreement = requests, agreement
         self.steps_per_epoch, self.epochs = steps_per_epoch, epochs
         self._asked = False
@@ -81,9 +80,9 @@ def checkpoint_and_record(model: Any, stop: Preempted, meta: CheckpointMeta, run
     wait for both. Returns the checkpoint's folder name."""
     name = ""
     if hvd.rank() == 0:
-        import tensorflow as tf
+        from tntrun.engine.precision import state_checkpoint
 
-        state = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+        state = state_checkpoint(model, model.optimizer)
         path = publish(run_dir, meta, lambda prefix: state.write(prefix), keep)
         name = path.name
         record = {"why": stop.why, "epoch": stop.epoch, "batch": stop.batch, "step": stop.step,

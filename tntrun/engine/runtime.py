@@ -5,11 +5,9 @@ from __future__ import annotations
 import os
 import random
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-
-import horovod.tensorflow as hvd  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import horovod.tensorflow as hvd
+import numpy as np
+import tensorflow as tf
 
 
 class MissingDevice(RuntimeError):

@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import horovod.tensorflow as hvd
+import keras
 import numpy as np
 import tensorflow as tf
-import tf_keras as keras
 
 from tntrun.engine.optimizers import build_optimizer
 from tntrun.engine.tasks import compile_spec
@@ -119,7 +119,6 @@ class _StepClock(keras.callbacks.Callback):
 
     def __init__(self) -> None:
         super().__init__()
-        self._supports_tf_logs = True
         self.begins: list[float] = []
         self.ends: list[float] = []
 
@@ -149,7 +148,7 @@ def _timed_fit(model, batches: tf.data.Dataset, steps: int) -> _StepClock:
     batches) and return their clock with the warm-up steps dropped."""
     clock = _StepClock()
     model.fit(batches.repeat().take(WARMUP_STEPS + steps), epochs=1, callbacks=[clock],
-              verbose=0)  # fmt: skip
+              verbose=0, shuffle=False)  # fmt: skip
     if len(clock.ends) <= WARMUP_STEPS:
         raise RuntimeError("predict_scaling: too few training steps to time")
     del clock.begins[:WARMUP_STEPS], clock.ends[:WARMUP_STEPS]

@@ -6,10 +6,7 @@ TensorFlow and its collectives return the right sum.
 
 from __future__ import annotations
 
-import os
 import sys
-
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 
 def main() -> int:

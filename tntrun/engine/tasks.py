@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import tf_keras as keras
+import keras
 
 TASKS = ("classification", "translation")
 

@@ -8,24 +8,23 @@ from pathlib import Path
 from typing import Any
 
 import horovod.tensorflow as hvd
+import keras
 import numpy as np
 import tensorflow as tf
-import tf_keras as keras
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from tntrun.config.zoo import build_dataset, build_model, distributes_automatically
 from tntrun.engine import callbacks as cb
+from tntrun.engine import data_parallel as dp
 from tntrun.engine import nonfinite, precision
 from tntrun.engine.bleu import BleuEvaluation
 from tntrun.engine.data import distribute_eval, distribute_train, shard_size
-from tntrun.engine.distributed_optimizer import distributed_optimizer
 from tntrun.engine.lr_schedule import PlannedSchedule
 from tntrun.engine.mfu import model_flop_utilisation
 from tntrun.engine.nonfinite import NonFiniteGuard, NonFiniteLoss, Snapshot
 from tntrun.engine.optimizers import build_optimizer
 from tntrun.engine.preemption import Preempted, PreemptionGuard, checkpoint_and_record
-from tntrun.engine.step_agreement import agree_after_each_step
 from tntrun.engine.stop_requests import StopRequests
 from tntrun.engine.tasks import compile_spec
 from tntrun.planning.checkpoints import STATE_PREFIX, CheckpointMeta, config_hash
@@ -90,6 +89,20 @@ def input_pipelines(cfg: Any, plan: Plan, dataset: Any, info, rank: int, size: i
     return train, val, shard_size(info.num_val, rank, size)
 
 
+class UserModelError(ValueError):
+    """The user's model cannot train here (e.g. built with tf_keras): a config error."""
+
+
+def build_keras3_model(cfg: Any, info) -> Any:
+    """The configured model, refused with one line when it is not a Keras 3 model."""
+    model = build_model(cfg.model, info)
+    try:
+        dp.require_keras3(model, "model")
+    except ValueError as legacy:
+        raise UserModelError(f"model._target_={cfg.model._target_}: {legacy}") from None
+    return model
+
+
 def restore_and_broadcast(model, optimizer, plan: Plan) -> None:
     """Rank 0 restores the plan's checkpoint (if any); every rank then gets rank 0's state.
 
@@ -102,7 +115,7 @@ def restore_and_broadcast(model, optimizer, plan: Plan) -> None:
         optimizer.iterations.assign(plan.initial_step)
         print(f"resumed from {plan.resume_from} at epoch {plan.initial_epoch}, "
               f"step {plan.initial_step}", flush=True)  # fmt: skip
-    hvd.broadcast_variables(model.variables + list(optimizer.variables), root_rank=0)
+    dp.broadcast_state(model, optimizer, root_rank=0)
 
 
 def save_final(model, cfg, info, run_dir: Path) -> None:
@@ -112,7 +125,7 @@ def save_final(model, cfg, info, run_dir: Path) -> None:
 
 
 def save_clean_model(model, cfg, info, path: Path) -> None:
-    """``model``'s weights in a freshly built, uncompiled model (no Horovod optimizer)."""
+    """``model``'s weights in a freshly built, uncompiled model (no data-parallel optimizer)."""
     with precision.policy("float32"):  # the weights are float32 in every train.precision
         clean = build_model(cfg.model, info)
     clean.set_weights(model.get_weights())
@@ -134,15 +147,17 @@ def train(cfg: Any, plan: Plan, run_dir: Path,
     train_ds, val_ds, val_samples = input_pipelines(cfg, plan, dataset, info, rank, size)
 
     precision.set_precision(plan.precision)  # before the model is built
-    model = precision.float32_outputs(build_model(cfg.model, info), info.input_shape)
-    optimizer = precision.with_loss_scaling(distributed_optimizer(
-        build_optimizer(cfg.optimizer, PlannedSchedule(plan.schedule)),
+    model = precision.float32_outputs(build_keras3_model(cfg, info), info.input_shape)
+    optimizer = dp.data_parallel(
+        precision.with_loss_scaling(
+            build_optimizer(cfg.optimizer, PlannedSchedule(plan.schedule)), plan.precision
+        ),
         compression=COMPRESSION[str(cfg.horovod.compression)],
         backward_passes_per_step=plan.backward_passes_per_step,
-        average_aggregated_gradients=True,
-    ), plan.precision)  # fmt: skip
-    agreement = agree_after_each_step(optimizer)  # for the non-finite and preemption guards
-    model.compile(optimizer=optimizer,
+    )
+    agreement = dp.agree_after_each_step(optimizer)  # for the non-finite and preemption guards
+    # Horovod's ops are not XLA ops: train.jit_compile compiles the model's part alone.
+    model.compile(optimizer=optimizer, jit_compile=False,
                   **compile_spec(info.task, float(cfg.train.label_smoothing)))  # fmt: skip
     if plan.jit_compile:
         precision.compile_gradients_with_xla(model)
@@ -227,7 +242,7 @@ def fit_with_rollbacks(model, optimizer, cfg, plan: Plan, run_dir: Path, train_d
             rollbacks += 1
             epoch, batch, restored = nonfinite.roll_back(model, optimizer, plan, run_dir,
                                                          snapshot)  # fmt: skip
-            # The PlannedSchedule (tf_keras keeps it there; a loss scale optimizer's inner one).
+            # The PlannedSchedule (a loss scale optimizer's inner optimizer holds it).
             schedule = getattr(optimizer, "inner_optimizer", optimizer)._learning_rate
             schedule.scale.assign(schedule.scale * float(cfg.train.rollback_lr_factor))
             lr_scale = float(schedule.scale.numpy())
@@ -243,18 +258,20 @@ def fit_with_rollbacks(model, optimizer, cfg, plan: Plan, run_dir: Path, train_d
 def fit_from(model, plan: Plan, epoch: int, batch: int, train_ds, stream, callbacks,
              preemption: PreemptionGuard):  # fmt: skip
     """Train epochs ``epoch``.. of the plan, the first from its ``batch``-th batch (a
-    preempted run's checkpoint is mid-epoch): that epoch alone first, then the rest."""
+    preempted run's checkpoint is mid-epoch): that epoch alone first, then the rest. The
+    streams come shuffled by tntrun's input pipeline (``shuffle=False``: Keras cannot)."""
     spe, history = plan.steps_per_epoch, None
     if batch:
         preemption.start_at_batch(batch)
         history = model.fit(train_ds.skip(batch), epochs=epoch + 1, initial_epoch=epoch,
                             steps_per_epoch=spe - batch, callbacks=callbacks,
-                            verbose=0)  # fmt: skip
+                            verbose=0, shuffle=False)  # fmt: skip
         epoch += 1
         train_ds = stream(epoch) if epoch < plan.epochs else None
     if epoch < plan.epochs:
         history = model.fit(train_ds, epochs=plan.epochs, initial_epoch=epoch,
-                            steps_per_epoch=spe, callbacks=callbacks, verbose=0)  # fmt: skip
+                            steps_per_epoch=spe, callbacks=callbacks, verbose=0,
+                            shuffle=False)  # fmt: skip
     return history
 
 

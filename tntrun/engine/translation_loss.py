@@ -35,8 +35,8 @@ def masked_token_accuracy(name: str = "masked_token_accuracy"):
 
 @functools.cache
 def _classes() -> SimpleNamespace:
+    import keras
     import tensorflow as tf
-    import tf_keras as keras
 
     def token_weights(labels, sample_weight):
         weights = tf.cast(tf.not_equal(labels, PAD_ID), tf.float32)
@@ -72,8 +72,8 @@ def _classes() -> SimpleNamespace:
     class MaskedTokenAccuracy(keras.metrics.Metric):
         def __init__(self, name: str = "masked_token_accuracy", **kwargs):
             super().__init__(name=name, **kwargs)
-            self.correct = self.add_weight("correct", initializer="zeros")
-            self.count = self.add_weight("count", initializer="zeros")
+            self.correct = self.add_weight(name="correct", initializer="zeros")
+            self.count = self.add_weight(name="count", initializer="zeros")
 
         def update_state(self, y_true, y_pred, sample_weight=None):
             labels = tf.cast(y_true, tf.int32)

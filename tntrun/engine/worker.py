@@ -10,9 +10,10 @@ import os
 import sys
 from pathlib import Path
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+from tntrun import run_files
+from tntrun.launch import RANK_KERAS
 
-from tntrun import run_files  # noqa: E402
+os.environ.update(RANK_KERAS)  # before TensorFlow's import: Keras 3, on TensorFlow
 
 EXIT_CONFIG_ERROR = 2  # as the driver's: the rank's hardware does not match the plan
 EXIT_NONFINITE = 3
@@ -26,6 +27,28 @@ def pin_to_socket(plan, argv: list[str]) -> None:
     os.environ[run_files.ENV_PINNED] = str(socket)
     numactl = ["numactl", f"--cpunodebind={socket}", f"--membind={socket}"]
     os.execvp("numactl", [*numactl, sys.executable, "-m", "tntrun.engine.worker", *argv[1:]])
+
+
+# Libraries Keras 3 imports only if installed, for features no rank uses: scikit-learn for
+# keras.wrappers, pandas for DataFrame inputs to fit, matplotlib for keras.visualization.
+OPTIONAL_FOR_KERAS = ("sklearn", "pandas", "matplotlib")
+
+
+def import_keras() -> None:
+    """Import Keras 3 without its optional libraries (MLflow installs them all): they cost
+    each rank about 1.5 s before its first step, half of Keras' import. A later import of
+    one of them (by a user's module) works as usual; only the Keras features above then
+    report it missing on the ranks."""
+    if "keras" in sys.modules:
+        return
+    blocked = [name for name in OPTIONAL_FOR_KERAS if name not in sys.modules]
+    for name in blocked:
+        sys.modules[name] = None  # type: ignore[assignment]  # an ImportError for Keras
+    try:
+        import keras  # noqa: F401
+    finally:
+        for name in blocked:
+            del sys.modules[name]
 
 
 def main(argv: list[str]) -> int:
@@ -56,6 +79,7 @@ def main(argv: list[str]) -> int:
     if plan.pin_to_socket and not os.environ.get(run_files.ENV_PINNED):
         pin_to_socket(plan, argv)
 
+    import_keras()
     from tntrun.engine import runtime
 
     try:
@@ -67,7 +91,7 @@ def main(argv: list[str]) -> int:
     runtime.check_rank_api()
     from tntrun.engine.nonfinite import NonFiniteLoss
     from tntrun.engine.preemption import Preempted
-    from tntrun.engine.trainer import train
+    from tntrun.engine.trainer import UserModelError, train
 
     rank = runtime.hvd.rank()
     try:
@@ -76,6 +100,9 @@ def main(argv: list[str]) -> int:
         print(f"rank {rank}: stopped: {stopped} (train.on_nonfinite={cfg.train.on_nonfinite})",
               flush=True)  # fmt: skip
         return EXIT_NONFINITE
+    except UserModelError as refused:  # the same on every rank, before any step
+        print(f"tntrun: config error: {refused}", flush=True)
+        return EXIT_CONFIG_ERROR
     except Preempted as stopped:  # every rank, once rank 0's checkpoint of the step is written
         print(f"rank {rank}: preempted: {stopped}", flush=True)
         return 0  # not a failure: no launcher may kill a peer for it

@@ -65,11 +65,30 @@ class Launcher:
         return {}
 
 
+# The ranks train Keras 3 on TensorFlow (tntrun.engine.data_parallel), whatever the user's
+# environment says: `import keras` and `tf.keras` both give it.
+RANK_KERAS = {"KERAS_BACKEND": "tensorflow", "TF_USE_LEGACY_KERAS": "0"}
+
+
+def keras_override_note(environ: Mapping[str, str]) -> str | None:
+    """One line when the user's environment asks for another Keras than the ranks run."""
+    changed = [
+        f"{key}={environ[key]}"
+        for key, value in RANK_KERAS.items()
+        if environ.get(key, value).strip().lower() not in (value, "", "false", "no")
+    ]
+    if not changed:
+        return None
+    return (
+        f"{' and '.join(changed)} ignored: the ranks train Keras 3 on TensorFlow "
+        f"({', '.join(f'{k}={v}' for k, v in RANK_KERAS.items())})"
+    )
+
+
 def base_environment(spec: LaunchSpec) -> dict[str, str]:
     """What every rank gets, whatever starts it."""
-    # Keras 2 on the ranks (Horovod does not average gradients under Keras 3);
     # TensorFlow's C++ start-up chatter off (Python errors still surface).
-    env = {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    env = {**RANK_KERAS, "TF_CPP_MIN_LOG_LEVEL": "3"}
     if spec.cpu_only:
         env["CUDA_VISIBLE_DEVICES"] = "-1"  # CPU ranks: keep TensorFlow off any GPU
     return env
