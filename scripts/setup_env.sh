@@ -63,6 +63,24 @@ step "installing tntrun (editable) with its driver and dev dependencies"
 # Horovod's runtime dependencies (it is installed with --no-deps below).
 "${INSTALL[@]}" cloudpickle psutil pyyaml packaging cffi || die "could not install Horovod's dependencies"
 
+# Test-only: KerasHub, the Keras 3 library tests/test_keras_hub.py builds a user's model from.
+# Not a pyproject extra, because it needs --no-deps: keras-hub requires tensorflow-text>=2.20.1,
+# which requires `tensorflow` 2.20 and would replace TensorFlow $TF_VERSION (Horovod
+# $HOROVOD_VERSION does not build against 2.19 or later). keras_hub imports tensorflow_text
+# only if it is there (for text models' tokenizers), so it is left out; keras-hub's other
+# requirements are installed as usual, with $TF_REQ named so that pip keeps it and what it
+# pins. `pip check` then reports only tensorflow-text missing for keras-hub.
+KERAS_HUB_VERSION=0.32.0
+installed_hub=$("$PY" -c 'import importlib.metadata as m; print(m.version("keras-hub"))' 2>/dev/null || true)
+if [ "$installed_hub" != "$KERAS_HUB_VERSION" ]; then
+  step "installing KerasHub $KERAS_HUB_VERSION for the tests (pip will say tensorflow-text is missing: left out on purpose, see setup_env.sh)"
+  "${INSTALL[@]}" --no-deps "keras-hub==$KERAS_HUB_VERSION" || die "could not install keras-hub"
+  "${INSTALL[@]}" "$TF_REQ" "keras>=3.15" absl-py numpy packaging regex rich sentencepiece \
+      tokenizers "kagglehub!=1.0.1" "kagglesdk==0.1.28" || die "could not install keras-hub's dependencies"
+  env -u TF_USE_LEGACY_KERAS KERAS_BACKEND=tensorflow TF_CPP_MIN_LOG_LEVEL=3 \
+      "$PY" -c "import keras_hub" || die "keras_hub does not import"
+fi
+
 horovod_ok() {
   "$PY" - "$TF_VERSION" <<'PY'
 import json, pathlib, sys

@@ -29,7 +29,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from tntrun.engine.data_parallel import note_loss
+from tntrun.engine.data_parallel import is_data_parallel, note_loss
 
 # train.precision -> the dtype layers compute in (the matmul peak of MFU is measured in it).
 COMPUTE_DTYPES = {"float32": "float32", "mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}
@@ -101,7 +101,7 @@ def observed_precision(model: Any) -> dict[str, Any]:
     than from ``train.precision``, so a policy that never reached the ranks shows: each
     layer's class, compute and variable dtype and the dtype of its symbolic output, the
     trainable variables' dtypes, the model's output dtypes and its optimizer (loss scaled
-    or not)."""
+    or not, averaging over the ranks or not)."""
     layers = []
     for layer in model.layers:
         try:
@@ -126,6 +126,7 @@ def observed_precision(model: Any) -> dict[str, Any]:
         "outputs": None if outputs is None else [_dtype(t) for t in tf.nest.flatten(outputs)],
         "optimizer": type(model.optimizer).__name__,
         "loss_scaling": is_loss_scaled(model.optimizer),
+        "data_parallel": is_data_parallel(model.optimizer),
     }
 
 
@@ -190,17 +191,19 @@ def compile_gradients_with_xla(model: Any) -> None:
             "tntrun compiles Keras' standard step: set train.jit_compile=false"
         )
     optimizer, variables = model.optimizer, model.trainable_variables
-    scale = optimizer.dynamic_scale if is_loss_scaled(optimizer) else None
+    scaled = is_loss_scaled(optimizer)
 
     @tf.function(jit_compile=True, reduce_retracing=True)
     def gradients(x, y, sample_weight):
         with tf.GradientTape() as tape:
             y_pred = model(x, training=True)
             loss = model.compute_loss(x, y, y_pred, sample_weight, training=True)
-            target = loss if scale is None else loss * tf.cast(scale, loss.dtype)
+            target = loss * tf.cast(optimizer.dynamic_scale, loss.dtype) if scaled else loss
         return loss, y_pred, tape.gradient(target, variables)
 
     def train_step(data):
+        if not optimizer.built:  # its loss scale is read inside XLA
+            optimizer.build(variables)
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         loss, y_pred, grads = gradients(x, y, sample_weight)
         model._loss_tracker.update_state(loss, sample_weight=tf.shape(tf.nest.flatten(x)[0])[0])
