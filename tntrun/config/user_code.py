@@ -72,6 +72,27 @@ def _from_source(path: Path, attr: str) -> Parameters | None:
     return None
 
 
+LEGACY_KERAS = "tf_keras"
+
+
+def imports_legacy_keras(path: Path) -> bool:
+    """Whether the source at ``path`` imports the legacy ``tf_keras`` package (Keras 2)."""
+    try:
+        tree = ast.parse(path.read_text())
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        else:
+            continue
+        if any(name.split(".")[0] == LEGACY_KERAS for name in names):
+            return True
+    return False
+
+
 def _from_object(module: str, attr: str) -> Parameters | None:
     target = getattr(importlib.import_module(module), attr, None)
     if target is None:
@@ -113,6 +134,12 @@ def find_target(group: str, target: str) -> Parameters:
         )
     found = None
     if spec.origin and spec.origin.endswith(".py"):
+        if group == "model" and imports_legacy_keras(Path(spec.origin)):
+            raise PlanError(
+                f"model._target_={target}: {Path(spec.origin).name} imports the legacy "
+                f"{LEGACY_KERAS} package; tntrun trains Keras 3: write `import keras` instead "
+                "(the same layers and Model API)"
+            )
         found = _from_source(Path(spec.origin), attr)
     if found is None:
         found = _from_object(module, attr)

@@ -127,9 +127,17 @@ def save_final(model, cfg, info, run_dir: Path) -> None:
 def save_clean_model(model, cfg, info, path: Path) -> None:
     """``model``'s weights in a freshly built, uncompiled model (no data-parallel optimizer)."""
     with precision.policy("float32"):  # the weights are float32 in every train.precision
-        clean = build_model(cfg.model, info)
+        # Built as in training (a subclassed model is called on an input to make its weights).
+        clean = precision.float32_outputs(build_model(cfg.model, info), info.input_shape)
     clean.set_weights(model.get_weights())
-    clean.save(path)
+    try:
+        clean.save(path)
+    except NotImplementedError as unserialisable:  # a subclassed model without get_config
+        path.unlink(missing_ok=True)
+        why = str(unserialisable).strip().splitlines()[0]
+        print(f"tntrun: note: no {path.name}: Keras cannot serialise {type(clean).__name__} "
+              f"({why} ...: give it a get_config()); its weights are in {FINAL_WEIGHTS} "
+              "and the checkpoints", flush=True)  # fmt: skip
 
 
 def train(cfg: Any, plan: Plan, run_dir: Path,
