@@ -10,7 +10,7 @@ import json
 import os
 import time
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.update({"KERAS_BACKEND": "tensorflow", "TF_USE_LEGACY_KERAS": "0"})
 
 import horovod.tensorflow as hvd  # noqa: E402
 import numpy as np  # noqa: E402

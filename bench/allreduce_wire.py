@@ -63,7 +63,7 @@ def shape(state: Path, rate: str) -> float:
 
 def one_launch(port: str, key: str, threshold: int, repeats: int) -> list[dict]:
     env = {**os.environ, "HOROVOD_FUSION_THRESHOLD": str(threshold), "TF_CPP_MIN_LOG_LEVEL": "3",
-           "CUDA_VISIBLE_DEVICES": "-1", "TF_USE_LEGACY_KERAS": "1", "REPEATS": str(repeats),
+           "CUDA_VISIBLE_DEVICES": "-1", "KERAS_BACKEND": "tensorflow", "REPEATS": str(repeats),
            "MODELS": ",".join(MODELS), "COMPRESSIONS": ",".join(COMPRESSIONS),
            "PYTHONPATH": str(ROOT)}  # fmt: skip
     command = [str(BIN / "horovodrun"), "--gloo", "-np", "2", "-H", "tnt-h1:1,tnt-h2:1",

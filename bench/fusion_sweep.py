@@ -45,7 +45,7 @@ def _timed(fn) -> float:
 
 def one_run(threshold: int) -> dict:
     env = {**os.environ, "HOROVOD_FUSION_THRESHOLD": str(threshold), "TF_CPP_MIN_LOG_LEVEL": "3",
-           "CUDA_VISIBLE_DEVICES": "-1", "TF_USE_LEGACY_KERAS": "1"}  # fmt: skip
+           "CUDA_VISIBLE_DEVICES": "-1", "KERAS_BACKEND": "tensorflow"}  # fmt: skip
     out = subprocess.run(
         [str(BIN / "horovodrun"), "--gloo", "-np", "2", "-H", "localhost:2", sys.executable,
          str(RANK_SCRIPT)], capture_output=True, text=True, check=True, env=env,

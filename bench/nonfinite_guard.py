@@ -2,7 +2,7 @@
 
     horovodrun -np 2 -H localhost:2 --gloo .venv/bin/python bench/nonfinite_guard.py [--model cnn]
 
-Each rank trains the same model on digits with Horovod's DistributedOptimizer,
+Each rank trains the same model on digits with tntrun's data-parallel optimizer,
 alternating blocks of epochs without and with the guard (the loss averaged in
 the step's Horovod cycle, one scalar read per step), and rank 0 prints the
 median step time of each and their ratio. Interleaving puts both under the
@@ -16,17 +16,16 @@ import json
 import os
 import time
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+os.environ.update({"KERAS_BACKEND": "tensorflow", "TF_USE_LEGACY_KERAS": "0"})
 
 import horovod.tensorflow as hvd  # noqa: E402
+import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-import tf_keras as keras  # noqa: E402
 
 from tntrun.datasets.digits import DigitsDataset  # noqa: E402
-from tntrun.engine.distributed_optimizer import distributed_optimizer  # noqa: E402
+from tntrun.engine import data_parallel as dp  # noqa: E402
 from tntrun.engine.nonfinite import NonFiniteGuard  # noqa: E402
-from tntrun.engine.step_agreement import agree_after_each_step  # noqa: E402
 from tntrun.models.cnn import build_cnn  # noqa: E402
 from tntrun.models.mlp import build_mlp  # noqa: E402
 
@@ -34,7 +33,6 @@ from tntrun.models.mlp import build_mlp  # noqa: E402
 class StepTimer(keras.callbacks.Callback):
     def __init__(self) -> None:
         super().__init__()
-        self._supports_tf_logs = True
         self.times: list[float] = []
 
     def on_train_batch_begin(self, batch, logs=None):
@@ -46,12 +44,14 @@ class StepTimer(keras.callbacks.Callback):
 
 def compiled(build, info, guarded: bool):
     model = build(info.input_shape, info.num_classes)
-    optimizer = distributed_optimizer(keras.optimizers.Adam(0.002))
+    optimizer = dp.data_parallel(keras.optimizers.Adam(0.002))
     callbacks = []
     if guarded:
-        callbacks.append(NonFiniteGuard(agree_after_each_step(optimizer)))
+        agreement = dp.agree_after_each_step(optimizer)
+        callbacks += [agreement, NonFiniteGuard(agreement)]
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    model.compile(optimizer=optimizer, loss=loss, metrics=["accuracy"])
+    model.compile(optimizer=optimizer, loss=loss, metrics=["accuracy"], jit_compile=False)
+    dp.broadcast_state(model, optimizer)
     return model, callbacks
 
 

@@ -6,8 +6,9 @@ working directory) that takes the dataset's ``input_shape`` and
 and returns an uncompiled Keras model whose output is class logits.
 The driver checks before launch that the builder accepts every configured key.
 
-The zoo builds with the Keras that :func:`keras_module` names: ``tf_keras``
-where the ranks run today (``TF_USE_LEGACY_KERAS=1``), Keras 3 otherwise.
+The zoo builds with the Keras that :func:`keras_module` names: Keras 3, as the
+ranks train, or the legacy ``tf_keras`` under ``TF_USE_LEGACY_KERAS=1`` (kept to
+compare the zoo's numbers with its tf_keras days: tests/test_zoo_keras3.py).
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ def keras_module() -> ModuleType:
     """``tf_keras`` under ``TF_USE_LEGACY_KERAS=1``, else Keras 3: the one place the zoo picks.
 
     Read on every build rather than at import, so a process that sets the
-    variable before building (as tntrun's ranks do) builds with the Keras its
-    engine trains with; a model must not mix the two.
+    variable before building builds with the Keras it asked for; a model must
+    not mix the two.
     """
     if uses_legacy_keras():
         import tf_keras

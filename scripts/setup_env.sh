@@ -51,13 +51,13 @@ PY
 if [ "$installed_tf" != "$TF_VERSION" ]; then
   step "installing TensorFlow $TF_VERSION ($DEVICE) and tf-keras"
   "${INSTALL[@]}" "$TF_REQ" || die "could not install $TF_REQ"
-  # tf-keras requires `tensorflow`: beside tensorflow-cpu pip would install the same files
-  # a second time under that name.
+  # tntrun trains Keras 3; the legacy tf-keras is for development only: the hand-written
+  # tf_keras baseline of bench/ and the tests that refuse a tf_keras model. It requires
+  # `tensorflow`: beside tensorflow-cpu pip would install the same files a second time.
   "${INSTALL[@]}" --no-deps "tf-keras~=2.18.0" || die "could not install tf-keras"
 fi
 
-# Without the cpu/gpu extra: TensorFlow is in (above), and the extra's tf-keras would pull
-# `tensorflow` over tensorflow-cpu.
+# Without the cpu/gpu extra: TensorFlow is in (above).
 step "installing tntrun (editable) with its driver and dev dependencies"
 "${INSTALL[@]}" -e "$ROOT[dev,sweepers]" || die "pip install -e .[dev,sweepers] failed"
 # Horovod's runtime dependencies (it is installed with --no-deps below).

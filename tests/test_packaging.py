@@ -5,8 +5,8 @@
 datasets/), so a new folder with an ``__init__.py`` must be added there.
 
 The slow tests build the wheel from a copy of the checkout, install it into a fresh virtual
-environment (tensorflow-cpu and tf-keras from PyPI, the cached Horovod wheel) and train from a
-directory outside the checkout with nothing pointing back into it.
+environment (tensorflow-cpu and its Keras 3 from PyPI, the cached Horovod wheel; no tf-keras)
+and train from a directory outside the checkout with nothing pointing back into it.
 """
 
 from __future__ import annotations
@@ -29,9 +29,6 @@ from tests.components import missing
 
 ROOT = Path(__file__).resolve().parents[1]
 TF_REQUIREMENT = "tensorflow-cpu==2.18.1"
-# tf-keras requires `tensorflow`, which pip would install over tensorflow-cpu (the same files
-# twice): it goes in with --no-deps, beside the tensorflow-cpu it runs on.
-TF_KERAS_REQUIREMENT = "tf-keras~=2.18.0"
 HOROVOD_REQUIREMENTS = ("cloudpickle", "psutil", "pyyaml", "packaging", "cffi")  # it has --no-deps
 HOROVOD_CACHE = (
     Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
@@ -205,10 +202,10 @@ def fresh(wheel, tmp_path_factory, record_testsuite_property) -> Iterator[FreshV
     )  # fmt: skip
     check(installed, "pip install of TensorFlow, Horovod's dependencies and the tntrun wheel")
     installed = subprocess.run(
-        [*pip, "--no-compile", "--no-deps", TF_KERAS_REQUIREMENT, str(horovod[-1])],
+        [*pip, "--no-compile", "--no-deps", str(horovod[-1])],
         capture_output=True, text=True, env=venv.env, timeout=300,
     )  # fmt: skip
-    check(installed, f"pip install --no-deps tf-keras {horovod[-1].name}")
+    check(installed, f"pip install --no-deps {horovod[-1].name}")
     timed("venv and pip install", time.monotonic() - start, record_testsuite_property)
     start = time.monotonic()
     compiled = subprocess.run(

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tntrun.planning.machine import venv_executable
 
-PACKAGES = {"tensorflow": ("tensorflow-cpu", "tensorflow"), "tf_keras": ("tf-keras",),
+PACKAGES = {"tensorflow": ("tensorflow-cpu", "tensorflow"), "keras": ("keras",),
             "horovod": ("horovod",), "hydra": ("hydra-core",), "mlflow": ("mlflow",),
             "tntrun": ("tntrun",)}  # fmt: skip
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tntrun"
