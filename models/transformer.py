@@ -16,9 +16,8 @@ functional model of three named layers that inference reuses
 Residual blocks are pre-norm by default (``x + dropout(f(layer_norm(x)))``
 with a final layer norm per stack: stable without tuning the warmup);
 ``pre_norm=false`` gives the paper's post-norm ``layer_norm(x + dropout(f(x)))``.
-The layer classes are defined on first use (TensorFlow is imported lazily),
-once for each Keras (``tntrun.models.base.keras_module``: tf_keras or Keras 3,
-whose TensorFlow backend runs the layers' TensorFlow ops), and registered for
+The layer classes are defined on first use (TensorFlow is imported lazily;
+Keras 3's TensorFlow backend runs the layers' TensorFlow ops), and registered for
 Keras serialisation: call :func:`layer_classes` before loading a saved model in
 a fresh process.
 
