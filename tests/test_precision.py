@@ -113,6 +113,31 @@ def test_a_subclassed_model_gets_float32_outputs_too():
     assert keras.mixed_precision.global_policy().name == "float32"  # restored
 
 
+def test_a_model_with_its_own_train_step_must_output_float32_itself():
+    """A cast wrapper would train with Keras' step instead of the model's own: refused with
+    the fix, unless the model's outputs are float32 already."""
+    import keras
+
+    from tntrun.engine import precision as mixed
+
+    class OwnStep(keras.Model):
+        def __init__(self, output_dtype=None):
+            super().__init__()
+            self.dense = keras.layers.Dense(3, dtype=output_dtype)
+
+        def call(self, x):
+            return self.dense(x)
+
+        def train_step(self, data):
+            return super().train_step(data)
+
+    with mixed.policy("mixed_bfloat16"):
+        with pytest.raises(mixed.OwnTrainStep, match="give its last layer dtype='float32'"):
+            mixed.float32_outputs(OwnStep(), (4,))
+        model = OwnStep(output_dtype="float32")
+        assert mixed.float32_outputs(model, (4,)) is model
+
+
 @pytest.mark.slow
 def test_loss_scaling_with_xla_on_two_ranks():
     result = run_on_two_ranks(SCRIPT)

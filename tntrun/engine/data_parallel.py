@@ -82,10 +82,14 @@ LEGACY_PACKAGES = ("tf_keras", "tensorflow.python.keras")
 _SETTINGS = "_tntrun_data_parallel"  # the instance attribute, invisible to Keras and TF tracking
 
 
+class LegacyKeras(ValueError):
+    """A model or optimizer of the legacy tf_keras package (Keras 2)."""
+
+
 def require_keras3(obj: Any, what: str) -> None:
     """Refuse a legacy tf_keras ``obj`` (a model, an optimizer) with one line naming the fix."""
     if any(cls.__module__.startswith(LEGACY_PACKAGES) for cls in type(obj).__mro__):
-        raise ValueError(
+        raise LegacyKeras(
             f"this {what} was built with the legacy tf_keras package; tntrun trains Keras 3: "
             "use `import keras` (and unset TF_USE_LEGACY_KERAS)"
         )

@@ -67,6 +67,11 @@ def _dtype(tensor: Any) -> str:
     return keras.backend.standardize_dtype(tensor.dtype)
 
 
+class OwnTrainStep(ValueError):
+    """A model with its own ``train_step`` and 16-bit outputs: a float32 cast would need a
+    wrapping model, which would train with Keras' step instead of the model's own."""
+
+
 def float32_outputs(model: Any, input_shape: Sequence[int]) -> Any:
     """``model`` with every output cast to float32 by a final float32 ``Activation('linear')``.
 
@@ -82,6 +87,13 @@ def float32_outputs(model: Any, input_shape: Sequence[int]) -> Any:
     flat = tf.nest.flatten(outputs)
     if all(_dtype(out) == "float32" for out in flat):
         return model
+    if type(model).train_step is not keras.Model.train_step:
+        raise OwnTrainStep(
+            f"{type(model).__name__} defines its own train_step and outputs "
+            f"{', '.join(sorted({_dtype(out) for out in flat}))} under "
+            f"train.precision={keras.mixed_precision.global_policy().name}: give its last "
+            "layer dtype='float32' (the loss must be computed in float32)"
+        )
     cast = [
         out if _dtype(out) == "float32" else keras.layers.Activation(
             "linear", dtype="float32", name=FLOAT32_OUTPUT if len(flat) == 1

@@ -94,13 +94,14 @@ class UserModelError(ValueError):
 
 
 def build_keras3_model(cfg: Any, info) -> Any:
-    """The configured model, refused with one line when it is not a Keras 3 model."""
+    """The configured model with float32 outputs (:func:`precision.float32_outputs`),
+    refused with one line when it is not a Keras 3 model or cannot get them."""
     model = build_model(cfg.model, info)
     try:
         dp.require_keras3(model, "model")
-    except ValueError as legacy:
-        raise UserModelError(f"model._target_={cfg.model._target_}: {legacy}") from None
-    return model
+        return precision.float32_outputs(model, info.input_shape)
+    except (dp.LegacyKeras, precision.OwnTrainStep) as refused:
+        raise UserModelError(f"model._target_={cfg.model._target_}: {refused}") from None
 
 
 def restore_and_broadcast(model, optimizer, plan: Plan) -> None:
@@ -135,9 +136,11 @@ def save_clean_model(model, cfg, info, path: Path) -> None:
     except NotImplementedError as unserialisable:  # a subclassed model without get_config
         path.unlink(missing_ok=True)
         why = str(unserialisable).strip().splitlines()[0]
-        print(f"tntrun: note: no {path.name}: Keras cannot serialise {type(clean).__name__} "
-              f"({why} ...: give it a get_config()); its weights are in {FINAL_WEIGHTS} "
-              "and the checkpoints", flush=True)  # fmt: skip
+        note = (
+            f"no {path.name}: Keras cannot serialise {type(clean).__name__} ({why} ...: give "
+            f"it a get_config()); its weights are in {FINAL_WEIGHTS} and the checkpoints"
+        )
+        print(f"tntrun: note: {note}", flush=True)
 
 
 def train(cfg: Any, plan: Plan, run_dir: Path,
@@ -155,7 +158,7 @@ def train(cfg: Any, plan: Plan, run_dir: Path,
     train_ds, val_ds, val_samples = input_pipelines(cfg, plan, dataset, info, rank, size)
 
     precision.set_precision(plan.precision)  # before the model is built
-    model = precision.float32_outputs(build_keras3_model(cfg, info), info.input_shape)
+    model = build_keras3_model(cfg, info)
     optimizer = dp.data_parallel(
         precision.with_loss_scaling(
             build_optimizer(cfg.optimizer, PlannedSchedule(plan.schedule)), plan.precision
