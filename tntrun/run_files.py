@@ -48,6 +48,9 @@ OUTPUT_FOLDERS = ((HYDRA, "hydra"), (LOGS, LOGS), (TRANSLATIONS, TRANSLATIONS),
 ENV_DRIVER_START = "TNTRUN_DRIVER_START"  # wall time the driver process started (start-up metric)
 ENV_USER_PATH = "TNTRUN_USER_PATH"  # the driver's working directory: user modules import from it
 ENV_PINNED = "TNTRUN_PINNED_TO_SOCKET"  # set once a rank re-executed itself under numactl
+# The ranks train Keras 3 on TensorFlow (tntrun.engine.data_parallel), whatever the user's
+# environment says: `import keras` and `tf.keras` both give it.
+RANK_KERAS = {"KERAS_BACKEND": "tensorflow", "TF_USE_LEGACY_KERAS": "0"}
 
 
 def traceback_file(rank: int) -> str:

@@ -11,9 +11,8 @@ import sys
 from pathlib import Path
 
 from tntrun import run_files
-from tntrun.launch import RANK_KERAS
 
-os.environ.update(RANK_KERAS)  # before TensorFlow's import: Keras 3, on TensorFlow
+os.environ.update(run_files.RANK_KERAS)  # before TensorFlow's import: Keras 3, on TensorFlow
 
 EXIT_CONFIG_ERROR = 2  # as the driver's: the rank's hardware does not match the plan
 EXIT_NONFINITE = 3

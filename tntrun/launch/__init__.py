@@ -18,6 +18,7 @@ from typing import Any
 
 from tntrun.errors import PlanError
 from tntrun.launch.knobs import HorovodKnob
+from tntrun.run_files import RANK_KERAS
 
 LAUNCHERS = {
     "horovodrun": "tntrun.launch.horovodrun.HorovodrunLauncher",
@@ -63,11 +64,6 @@ class Launcher:
     def rank_setup(self, plan: Any, environ: Mapping[str, str]) -> dict[str, str]:
         """On each rank before Horovod starts: variables to add to its environment."""
         return {}
-
-
-# The ranks train Keras 3 on TensorFlow (tntrun.engine.data_parallel), whatever the user's
-# environment says: `import keras` and `tf.keras` both give it.
-RANK_KERAS = {"KERAS_BACKEND": "tensorflow", "TF_USE_LEGACY_KERAS": "0"}
 
 
 def keras_override_note(environ: Mapping[str, str]) -> str | None:

@@ -18,6 +18,8 @@ LAUNCHER = "launcher"
 # What the other ranks' collectives raise once one rank failed: a consequence, not the cause.
 HOROVOD_SHUT_DOWN = "Horovod has been shut down"
 RANK_DONE = "done without opening the MLflow store"  # tntrun.engine.worker's last line
+# The line that ends a whole traceback: "ValueError: ...", "KeyboardInterrupt" (at column 0).
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?::|$)", re.MULTILINE)
 TAIL_LINES = 8
 
 
@@ -64,9 +66,11 @@ def find_failure(directory: Path) -> RankFailure | None:
     Ranks fail in a cascade: when one raises or dies, Horovod shuts down and the
     others' collectives raise "Horovod has been shut down". horovodrun names
     whichever rank exited first, which may be one of those. So the cause is, in
-    horovodrun's order, then by rank: a rank with a traceback of its own; else a
-    rank that ended with no traceback (killed by a signal), its last output
-    standing in; else the first rank with any traceback.
+    horovodrun's order, then by rank: a rank with a whole traceback of its own; else
+    a rank that ended with no traceback (killed by a signal), its last output
+    standing in; else the first rank with any traceback. A traceback cut off before
+    its exception line is a rank that the launcher killed while it reported a peer's
+    loss (on another host, horovodrun's end of the ssh session kills it).
     """
     launcher = directory / f"{LAUNCHER}.log"
     launcher_text = launcher.read_text() if launcher.exists() else ""
@@ -77,8 +81,9 @@ def find_failure(directory: Path) -> RankFailure | None:
     order = sorted(logs, key=lambda rank: (rank != first, rank))
     tracebacks = {rank: last_traceback(logs[rank]) for rank in order}
     for rank in order:
-        if tracebacks[rank] and HOROVOD_SHUT_DOWN not in tracebacks[rank]:
-            return RankFailure(rank, tracebacks[rank])
+        found = tracebacks[rank]
+        if found and HOROVOD_SHUT_DOWN not in found and is_whole(found):
+            return RankFailure(rank, found)
     for rank in order:
         if tracebacks[rank] is None and RANK_DONE not in logs[rank]:
             exit_code = re.search(r"Exit code:\s*(-?\d+)", launcher_text)
@@ -88,6 +93,12 @@ def find_failure(directory: Path) -> RankFailure | None:
                 rank, f"rank {rank} ended without a traceback{code}; last output:\n{tail}"
             )
     return next((RankFailure(r, tracebacks[r]) for r in order if tracebacks[r]), None)
+
+
+def is_whole(traceback: str) -> bool:
+    """Whether ``traceback`` reaches its exception line (was not cut off)."""
+    _, _, frames = traceback.partition("\n")
+    return EXCEPTION_LINE.search(frames) is not None
 
 
 def last_traceback(text: str) -> str | None:
