@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from tntrun import run_files
 from tntrun.engine.collectives import checksums_across_ranks, weighted_mean
+from tntrun.engine.lr_schedule import learning_rate_of
 from tntrun.engine.precision import observed_precision, state_checkpoint
 from tntrun.planning.checkpoints import publish, publish_best
 from tntrun.run_files import ENV_DRIVER_START
@@ -224,8 +225,7 @@ class Throughput(keras.callbacks.Callback):
 
 def current_lr(optimizer) -> float:
     """The learning rate of the optimizer's last update: its schedule at the last step."""
-    inner = getattr(optimizer, "inner_optimizer", optimizer)  # a loss scale optimizer's
-    lr = inner._learning_rate  # the schedule (Keras' learning_rate evaluates the next step)
+    inner, lr = learning_rate_of(optimizer)
     if isinstance(lr, keras.optimizers.schedules.LearningRateSchedule):
         lr = lr(max(int(inner.iterations.numpy()) - 1, 0))
     return float(keras.ops.convert_to_numpy(lr))

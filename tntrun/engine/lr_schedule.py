@@ -39,3 +39,10 @@ class PlannedSchedule(keras.optimizers.schedules.LearningRateSchedule):
     @classmethod
     def from_config(cls, config: dict) -> PlannedSchedule:
         return cls(ScheduleParams(**{**config, "boundaries": tuple(config["boundaries"])}))
+
+
+def learning_rate_of(optimizer) -> tuple:
+    """(the optimizer that holds the learning rate, its learning rate or schedule): a loss
+    scale optimizer's inner one. Keras' ``learning_rate`` would evaluate the schedule."""
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    return inner, inner._learning_rate

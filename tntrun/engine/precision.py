@@ -105,6 +105,7 @@ def float32_outputs(model: Any, input_shape: Sequence[int]) -> Any:
 
 
 def is_loss_scaled(optimizer: Any) -> bool:
+    """Whether ``optimizer`` scales the loss (``mixed_float16``)."""
     return isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
 
 

@@ -20,7 +20,7 @@ from tntrun.engine import data_parallel as dp
 from tntrun.engine import nonfinite, precision
 from tntrun.engine.bleu import BleuEvaluation
 from tntrun.engine.data import distribute_eval, distribute_train, shard_size
-from tntrun.engine.lr_schedule import PlannedSchedule
+from tntrun.engine.lr_schedule import PlannedSchedule, learning_rate_of
 from tntrun.engine.mfu import model_flop_utilisation
 from tntrun.engine.nonfinite import NonFiniteGuard, NonFiniteLoss, Snapshot
 from tntrun.engine.optimizers import build_optimizer
@@ -253,8 +253,7 @@ def fit_with_rollbacks(model, optimizer, cfg, plan: Plan, run_dir: Path, train_d
             rollbacks += 1
             epoch, batch, restored = nonfinite.roll_back(model, optimizer, plan, run_dir,
                                                          snapshot)  # fmt: skip
-            # The PlannedSchedule (a loss scale optimizer's inner optimizer holds it).
-            schedule = getattr(optimizer, "inner_optimizer", optimizer)._learning_rate
+            _, schedule = learning_rate_of(optimizer)  # the PlannedSchedule
             schedule.scale.assign(schedule.scale * float(cfg.train.rollback_lr_factor))
             lr_scale = float(schedule.scale.numpy())
             if metrics_log is not None:
