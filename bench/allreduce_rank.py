@@ -31,8 +31,10 @@ for model in os.environ.get("MODELS", "resnet50").split(","):
 
         @tf.function
         def reduce_all(tensors, codec=COMPRESSION[compression], tag=f"{model}.{compression}"):
-            return [hvd.allreduce(t, op=hvd.Average, name=f"{tag}.g{i}", compression=codec)
-                    for i, t in enumerate(tensors)]  # fmt: skip
+            return [
+                hvd.allreduce(t, op=hvd.Average, name=f"{tag}.g{i}", compression=codec)
+                for i, t in enumerate(tensors)
+            ]
 
         reduce_all(grads)  # trace and warm up
         times = []
@@ -43,6 +45,16 @@ for model in os.environ.get("MODELS", "resnet50").split(","):
             times.append(time.perf_counter() - start)
         if hvd.rank() == 0:
             floats = sum(int(np.prod(s)) for s in shapes)
-            print(json.dumps({"model": model, "compression": compression, "tensors": len(shapes),
-                              "floats": floats, "median_s": float(np.median(times)),
-                              "times_s": times}), flush=True)  # fmt: skip
+            print(
+                json.dumps(
+                    {
+                        "model": model,
+                        "compression": compression,
+                        "tensors": len(shapes),
+                        "floats": floats,
+                        "median_s": float(np.median(times)),
+                        "times_s": times,
+                    }
+                ),
+                flush=True,
+            )

@@ -44,15 +44,17 @@ MODELS, COMPRESSIONS = ("resnet18", "resnet50"), ("none", "fp16")
 def hosts_up(state: Path, count: int = 2) -> tuple[str, str]:
     """Start ``count`` hosts; (ssh port, key)."""
     env = {**os.environ, "TNT_HOSTS": str(count)}
-    up = subprocess.run(["bash", str(NETNS), "up", str(state)], capture_output=True, text=True,
-                        check=True, env=env).stdout.split()  # fmt: skip
+    up = subprocess.run(
+        ["bash", str(NETNS), "up", str(state)], capture_output=True, text=True, check=True, env=env
+    ).stdout.split()
     return up[1], up[2]
 
 
 def set_hosts(state: Path, action: str, value: str) -> dict:
     """``netns_hosts.sh ACTION STATE VALUE`` (shape, cpu); what it then measured."""
-    out = subprocess.run(["bash", str(NETNS), action, str(state), value], capture_output=True,
-                         text=True, check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        ["bash", str(NETNS), action, str(state), value], capture_output=True, text=True, check=True
+    ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -62,13 +64,33 @@ def shape(state: Path, rate: str) -> float:
 
 
 def one_launch(port: str, key: str, threshold: int, repeats: int) -> list[dict]:
-    env = {**os.environ, "HOROVOD_FUSION_THRESHOLD": str(threshold), "TF_CPP_MIN_LOG_LEVEL": "3",
-           "CUDA_VISIBLE_DEVICES": "-1", "KERAS_BACKEND": "tensorflow", "REPEATS": str(repeats),
-           "MODELS": ",".join(MODELS), "COMPRESSIONS": ",".join(COMPRESSIONS),
-           "PYTHONPATH": str(ROOT)}  # fmt: skip
-    command = [str(BIN / "horovodrun"), "--gloo", "-np", "2", "-H", "tnt-h1:1,tnt-h2:1",
-               "-p", port, "-i", key, "--network-interface", "tnt0", sys.executable,
-               str(RANK_SCRIPT)]  # fmt: skip
+    env = {
+        **os.environ,
+        "HOROVOD_FUSION_THRESHOLD": str(threshold),
+        "TF_CPP_MIN_LOG_LEVEL": "3",
+        "CUDA_VISIBLE_DEVICES": "-1",
+        "KERAS_BACKEND": "tensorflow",
+        "REPEATS": str(repeats),
+        "MODELS": ",".join(MODELS),
+        "COMPRESSIONS": ",".join(COMPRESSIONS),
+        "PYTHONPATH": str(ROOT),
+    }
+    command = [
+        str(BIN / "horovodrun"),
+        "--gloo",
+        "-np",
+        "2",
+        "-H",
+        "tnt-h1:1,tnt-h2:1",
+        "-p",
+        port,
+        "-i",
+        key,
+        "--network-interface",
+        "tnt0",
+        sys.executable,
+        str(RANK_SCRIPT),
+    ]
     out = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed:\n{out.stdout[-3000:]}{out.stderr[-3000:]}")
@@ -105,24 +127,30 @@ def report(rate: str, tcp: float, port: str, key: str, rounds: int, repeats: int
     print(
         f"\n### Link {rate}: TCP measured {tcp / 1e9:.3f} Gbit/s ({tcp / asked:.2f} of the rate)\n"
     )
-    print("| model | fusion | compression | median ms | spread | bound ms | x bound | x TCP "
-          "| x own |")  # fmt: skip
+    print(
+        "| model | fusion | compression | median ms | spread | bound ms | x bound | x TCP | x own |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for (model, name, compression), values in times.items():
         nbytes = floats[model] * 4
         bound, at_tcp = ring_bound_s(nbytes, 2, asked), ring_bound_s(nbytes, 2, tcp)
         own = bound / 2 if compression == "fp16" else bound
         median, spread = median_and_spread(values)
-        print(f"| {model} | {name} | {compression} | {median * 1e3:.0f} | {spread:.0%} | "
-              f"{bound * 1e3:.0f} | {median / bound:.3f} | {median / at_tcp:.3f} | "
-              f"{median / own:.3f} |", flush=True)  # fmt: skip
+        print(
+            f"| {model} | {name} | {compression} | {median * 1e3:.0f} | {spread:.0%} | "
+            f"{bound * 1e3:.0f} | {median / bound:.3f} | {median / at_tcp:.3f} | "
+            f"{median / own:.3f} |",
+            flush=True,
+        )
     for model in MODELS:
         for compression in COMPRESSIONS:
             mine = {k: v for k, v in times.items() if k[0] == model and k[2] == compression}
             (_, name, _), values = min(mine.items(), key=lambda kv: statistics.median(kv[1]))
             bound = ring_bound_s(floats[model] * 4, 2, asked)
-            print(f"best for {model}, compression {compression}: fusion {name}, "
-                  f"{statistics.median(values) / bound:.3f} x bound")  # fmt: skip
+            print(
+                f"best for {model}, compression {compression}: fusion {name}, "
+                f"{statistics.median(values) / bound:.3f} x bound"
+            )
 
 
 if __name__ == "__main__":

@@ -22,9 +22,12 @@ COMMANDS = {
     "tntrun --cfg job": ["--cfg", "job"],
     "tntrun dry_run=true": ["dry_run=true"],
     "tntrun dry_run=true (Goyal schedule, 90 epochs)": [
-        "dry_run=true", "schedule=warmup_piecewise", "train.epochs=90", "optimizer=sgd",
+        "dry_run=true",
+        "schedule=warmup_piecewise",
+        "train.epochs=90",
+        "optimizer=sgd",
     ],
-}  # fmt: skip
+}
 
 
 def main() -> None:
@@ -36,14 +39,20 @@ def main() -> None:
         for _ in range(args.repeats):
             for name, argv in COMMANDS.items():
                 start = time.perf_counter()
-                subprocess.run([str(BIN / "tntrun"), f"output_root={work}", *argv],
-                               cwd=work, check=True, capture_output=True)  # fmt: skip
+                subprocess.run(
+                    [str(BIN / "tntrun"), f"output_root={work}", *argv],
+                    cwd=work,
+                    check=True,
+                    capture_output=True,
+                )
                 times[name].append(time.perf_counter() - start)
     print(f"| command | median s | min s | max s | (n={args.repeats}) |")
     print("|---|---|---|---|---|")
     for name, values in times.items():
-        print(f"| `{name}` | {statistics.median(values):.2f} | {min(values):.2f} | "
-              f"{max(values):.2f} | |")  # fmt: skip
+        print(
+            f"| `{name}` | {statistics.median(values):.2f} | {min(values):.2f} | "
+            f"{max(values):.2f} | |"
+        )
 
 
 if __name__ == "__main__":

@@ -25,8 +25,14 @@ import numpy as np
 
 BIN = Path(sys.executable).parent
 RANK_SCRIPT = Path(__file__).with_name("allreduce_rank.py")
-THRESHOLDS = {"0 (off)": 0, "32 KB": 32 << 10, "1 MB": 1 << 20, "8 MB": 8 << 20,
-              "64 MB": 64 << 20, "128 MB (Horovod default)": 128 << 20}  # fmt: skip
+THRESHOLDS = {
+    "0 (off)": 0,
+    "32 KB": 32 << 10,
+    "1 MB": 1 << 20,
+    "8 MB": 8 << 20,
+    "64 MB": 64 << 20,
+    "128 MB (Horovod default)": 128 << 20,
+}
 
 
 def copy_bandwidth(size_bytes: int = 256 << 20, repeats: int = 5) -> float:
@@ -44,12 +50,29 @@ def _timed(fn) -> float:
 
 
 def one_run(threshold: int) -> dict:
-    env = {**os.environ, "HOROVOD_FUSION_THRESHOLD": str(threshold), "TF_CPP_MIN_LOG_LEVEL": "3",
-           "CUDA_VISIBLE_DEVICES": "-1", "KERAS_BACKEND": "tensorflow"}  # fmt: skip
+    env = {
+        **os.environ,
+        "HOROVOD_FUSION_THRESHOLD": str(threshold),
+        "TF_CPP_MIN_LOG_LEVEL": "3",
+        "CUDA_VISIBLE_DEVICES": "-1",
+        "KERAS_BACKEND": "tensorflow",
+    }
     out = subprocess.run(
-        [str(BIN / "horovodrun"), "--gloo", "-np", "2", "-H", "localhost:2", sys.executable,
-         str(RANK_SCRIPT)], capture_output=True, text=True, check=True, env=env,
-    ).stdout  # fmt: skip
+        [
+            str(BIN / "horovodrun"),
+            "--gloo",
+            "-np",
+            "2",
+            "-H",
+            "localhost:2",
+            sys.executable,
+            str(RANK_SCRIPT),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    ).stdout
     line = next(ln for ln in out.splitlines() if '"median_s"' in ln)
     return json.loads(line[line.index("{") :])
 

@@ -54,9 +54,14 @@ class Case:
 
     def synthetic(self) -> tuple[str, ...]:
         (size, channels), (train, val) = self.shape, self.counts
-        return ("dataset=synthetic_images", f"dataset.image_size={size}",
-                f"dataset.channels={channels}", f"dataset.num_classes={CLASSES}",
-                f"dataset.num_train={train}", f"dataset.num_val={val}")  # fmt: skip
+        return (
+            "dataset=synthetic_images",
+            f"dataset.image_size={size}",
+            f"dataset.channels={channels}",
+            f"dataset.num_classes={CLASSES}",
+            f"dataset.num_train={train}",
+            f"dataset.num_val={val}",
+        )
 
 
 def cases(data: Path, names: list[str], image_model: tuple[str, ...]) -> dict[str, Case]:
@@ -71,21 +76,38 @@ def cases(data: Path, names: list[str], image_model: tuple[str, ...]) -> dict[st
         if name == "digits":
             info = DigitsDataset().info()
             # The MLP flattens its input, so 8x8x1 synthetic images equal digits' 64 features.
-            found[name] = Case(("dataset=digits",), ("model=mlp",), 60, (8, 1),
-                               (info.num_train, info.num_val))  # fmt: skip
+            found[name] = Case(
+                ("dataset=digits",), ("model=mlp",), 60, (8, 1), (info.num_train, info.num_val)
+            )
         elif name == "image_folder":
             folder = write_image_folder(data / "folder", CLASSES, per_class=300)
             info = ImageFolderDataset(str(folder), image_size=IMAGE_SIZE).info()
-            found[name] = Case(("dataset=image_folder", f"dataset.data_dir={folder}",
-                                f"dataset.image_size={IMAGE_SIZE}"), image_model, 4,
-                               (IMAGE_SIZE, 3), (info.num_train, info.num_val))  # fmt: skip
+            found[name] = Case(
+                (
+                    "dataset=image_folder",
+                    f"dataset.data_dir={folder}",
+                    f"dataset.image_size={IMAGE_SIZE}",
+                ),
+                image_model,
+                4,
+                (IMAGE_SIZE, 3),
+                (info.num_train, info.num_val),
+            )
         elif name == "imagenet":
             records = write_imagenet_records(data / "imagenet", CLASSES, (8, 300), (2, 100))
             info = ImagenetDataset(str(records), image_size=IMAGE_SIZE).info()
-            found[name] = Case(("dataset=imagenet", f"dataset.data_dir={records}",
-                                f"dataset.image_size={IMAGE_SIZE}",
-                                f"dataset.num_classes={CLASSES}"), image_model, 4,
-                               (IMAGE_SIZE, 3), (info.num_train, info.num_val))  # fmt: skip
+            found[name] = Case(
+                (
+                    "dataset=imagenet",
+                    f"dataset.data_dir={records}",
+                    f"dataset.image_size={IMAGE_SIZE}",
+                    f"dataset.num_classes={CLASSES}",
+                ),
+                image_model,
+                4,
+                (IMAGE_SIZE, 3),
+                (info.num_train, info.num_val),
+            )
         else:
             raise SystemExit(f"unknown dataset {name!r}: use digits, image_folder, imagenet")
     return found
@@ -119,9 +141,14 @@ def summary(pairs: list[dict[str, tuple[float, float]]]) -> dict[str, float]:
     calm = [p for p in pairs if all(f <= MAX_FOREIGN for _, f in p.values())] or pairs
     real, synthetic = ([p[v][0] for p in calm] for v in ("real", "synthetic"))
     ratios = [r / s for r, s in zip(real, synthetic, strict=True)]
-    return {"real": statistics.median(real), "synthetic": statistics.median(synthetic),
-            "ratio": statistics.median(ratios), "low": min(ratios), "high": max(ratios),
-            "used": len(calm)}  # fmt: skip
+    return {
+        "real": statistics.median(real),
+        "synthetic": statistics.median(synthetic),
+        "ratio": statistics.median(ratios),
+        "low": min(ratios),
+        "high": max(ratios),
+        "used": len(calm),
+    }
 
 
 def main() -> None:
@@ -152,7 +179,7 @@ def main() -> None:
         metavar="DATASET:KEY=VALUE",
         help="an extra override for one dataset's real runs",
     )
-    args = parser.parse_args()  # fmt: skip
+    args = parser.parse_args()
     log = sys.stderr
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)  # one MLflow store for all runs, as in everyday use
@@ -161,41 +188,58 @@ def main() -> None:
         print(f"generated data in {time.perf_counter() - started:.0f} s", file=log)
         extra = [item.split(":", 1) for item in args.override]
         variants = {
-            name: {"real": (*case.real, *(o for d, o in extra if d == name)),
-                   "synthetic": case.synthetic()}
+            name: {
+                "real": (*case.real, *(o for d, o in extra if d == name)),
+                "synthetic": case.synthetic(),
+            }
             for name, case in chosen.items()
-        }  # fmt: skip
-        cost = {name: {v: stream_cost(o) for v, o in pair.items()}
-                for name, pair in variants.items()}  # fmt: skip
+        }
+        cost = {
+            name: {v: stream_cost(o) for v, o in pair.items()} for name, pair in variants.items()
+        }
         pairs: dict[str, list[dict[str, tuple[float, float]]]] = {name: [] for name in chosen}
         for i in range(args.repeats):
             for name, case in chosen.items():
                 epochs = max(2, round(case.epochs * args.epochs_scale))
-                common = (*case.model, f"train.epochs={epochs}",
-                          f"train.epochs_between_evals={epochs}")  # fmt: skip
+                common = (
+                    *case.model,
+                    f"train.epochs={epochs}",
+                    f"train.epochs_between_evals={epochs}",
+                )
                 pair = {}
                 for variant in sorted(variants[name], reverse=bool(i % 2)):
-                    speed, foreign = throughput(work, (*common, *variants[name][variant]),
-                                                args.retries)  # fmt: skip
+                    speed, foreign = throughput(
+                        work, (*common, *variants[name][variant]), args.retries
+                    )
                     pair[variant] = (speed, foreign)
-                    print(f"{name} {variant} #{i}: {speed:.0f} samples/s, others {foreign:.2f} "
-                          f"cores ({time.perf_counter() - started:.0f} s)", file=log)  # fmt: skip
+                    print(
+                        f"{name} {variant} #{i}: {speed:.0f} samples/s, others {foreign:.2f} "
+                        f"cores ({time.perf_counter() - started:.0f} s)",
+                        file=log,
+                    )
                 pairs[name].append(pair)
-    print("| dataset | model | real samples/s | synthetic samples/s | ratio | pair ratios "
-          "| pairs |")  # fmt: skip
+    print(
+        "| dataset | model | real samples/s | synthetic samples/s | ratio | pair ratios | pairs |"
+    )
     print("|---|---|---|---|---|---|---|")
     for name, found in pairs.items():
         m = summary(found)
         model = chosen[name].model[0].split("=")[1]
-        print(f"| {name} | {model} | {m['real']:.0f} | {m['synthetic']:.0f} | {m['ratio']:.3f} "
-              f"| {m['low']:.2f}-{m['high']:.2f} | {m['used']} of {len(found)} |")  # fmt: skip
-    print("\n| dataset | stream CPU us/sample: real | synthetic "
-          "| s to first batch: real | synthetic |")  # fmt: skip
+        print(
+            f"| {name} | {model} | {m['real']:.0f} | {m['synthetic']:.0f} | {m['ratio']:.3f} "
+            f"| {m['low']:.2f}-{m['high']:.2f} | {m['used']} of {len(found)} |"
+        )
+    print(
+        "\n| dataset | stream CPU us/sample: real | synthetic "
+        "| s to first batch: real | synthetic |"
+    )
     print("|---|---|---|---|---|")
     for name, pair in cost.items():
         real, synthetic = pair["real"], pair["synthetic"]
-        print(f"| {name} | {real['cpu_us_per_sample']:.0f} | {synthetic['cpu_us_per_sample']:.0f} "
-              f"| {real['build_s']:.2f} | {synthetic['build_s']:.2f} |")  # fmt: skip
+        print(
+            f"| {name} | {real['cpu_us_per_sample']:.0f} | {synthetic['cpu_us_per_sample']:.0f} "
+            f"| {real['build_s']:.2f} | {synthetic['build_s']:.2f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -26,8 +26,9 @@ def busy_seconds() -> float:
 
 def own_seconds() -> float:
     """CPU seconds of this process and its finished children."""
-    me, children = (resource.getrusage(who) for who in
-                    (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))  # fmt: skip
+    me, children = (
+        resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+    )
     return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
 
 

@@ -73,16 +73,24 @@ def main() -> None:
         for guarded in (False, True) if round_ % 2 == 0 else (True, False):
             model, callbacks = runs[guarded]
             timer = StepTimer()
-            model.fit(batches, epochs=2, steps_per_epoch=22, verbose=0,
-                      callbacks=[*callbacks, timer])  # fmt: skip
+            model.fit(
+                batches, epochs=2, steps_per_epoch=22, verbose=0, callbacks=[*callbacks, timer]
+            )
             if round_:  # the first round traces and warms up
                 steps[guarded].extend(timer.times[22:])
     if hvd.rank() == 0:
         plain, guard = (float(np.median(steps[g])) * 1e3 for g in (False, True))
-        print(json.dumps({"model": args.model, "steps_each": len(steps[True]),
-                          "median_step_ms_without": round(plain, 3),
-                          "median_step_ms_with_guard": round(guard, 3),
-                          "ratio": round(guard / plain, 4)}))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "model": args.model,
+                    "steps_each": len(steps[True]),
+                    "median_step_ms_without": round(plain, 3),
+                    "median_step_ms_with_guard": round(guard, 3),
+                    "ratio": round(guard / plain, 4),
+                }
+            )
+        )
 
 
 if __name__ == "__main__":

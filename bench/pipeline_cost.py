@@ -46,13 +46,20 @@ def main() -> None:
     steps = info.num_train // (micro * args.size)
     if distributes_automatically(cfg.dataset):
         stream = distribute_train(
-            dataset.load()[0], num_samples=info.num_train, micro_batch=micro,
-            steps_per_epoch=steps, rank=0, size=args.size, seed=int(cfg.seed),
-            first_epoch=0, epochs=args.epochs + 1,
-        )  # fmt: skip
+            dataset.load()[0],
+            num_samples=info.num_train,
+            micro_batch=micro,
+            steps_per_epoch=steps,
+            rank=0,
+            size=args.size,
+            seed=int(cfg.seed),
+            first_epoch=0,
+            epochs=args.epochs + 1,
+        )
     else:
-        train, _ = dataset.load_for_rank(rank=0, size=args.size, micro_batch=micro,
-                                         val_micro_batch=micro, seed=int(cfg.seed))  # fmt: skip
+        train, _ = dataset.load_for_rank(
+            rank=0, size=args.size, micro_batch=micro, val_micro_batch=micro, seed=int(cfg.seed)
+        )
         stream = train.repeat()
     batches = iter(stream)
     next(batches)

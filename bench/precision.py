@@ -38,10 +38,16 @@ MODELS = {
     # LeNet-style CNN on 8x8 digits, global batch 64: 22 steps per epoch.
     "cnn": ("model=cnn", "train.epochs=4"),
     # ResNet-18 (3x3 stem) on 16x16 random images, global batch 64: 8 steps per epoch.
-    "resnet18": ("model=resnet18", "model.stem=small", "dataset=synthetic_images",
-                 "dataset.image_size=16", "dataset.num_train=512", "dataset.num_val=128",
-                 "train.epochs=3"),
-}  # fmt: skip
+    "resnet18": (
+        "model=resnet18",
+        "model.stem=small",
+        "dataset=synthetic_images",
+        "dataset.image_size=16",
+        "dataset.num_train=512",
+        "dataset.num_val=128",
+        "train.epochs=3",
+    ),
+}
 
 
 def measure(work: Path, args: tuple[str, ...], retries: int = 2) -> dict[str, float]:
@@ -72,13 +78,18 @@ def main() -> None:
                 for name in order:
                     found[name] = measure(work, (*MODELS[model], *VARIANTS[name]))
                     m = found[name]
-                    print(f"{model} round {i + 1} {name}: {m['steady_step_time_ms']:.1f} ms/step,"
-                          f" val_accuracy {m['val_accuracy']:.4f}, others "
-                          f"{m['foreign_cores']:.2f} cores", flush=True)  # fmt: skip
+                    print(
+                        f"{model} round {i + 1} {name}: {m['steady_step_time_ms']:.1f} ms/step,"
+                        f" val_accuracy {m['val_accuracy']:.4f}, others "
+                        f"{m['foreign_cores']:.2f} cores",
+                        flush=True,
+                    )
                 rounds.append(found)
             print(f"\n{model}, {args.repeats} interleaved rounds (medians):\n")
-            print("| variant | step ms | step time / float32 | val_accuracy | peak GFLOP/s "
-                  "(compute dtype) | mfu | others' cores (max) |")  # fmt: skip
+            print(
+                "| variant | step ms | step time / float32 | val_accuracy | peak GFLOP/s "
+                "(compute dtype) | mfu | others' cores (max) |"
+            )
             print("|---|---|---|---|---|---|---|")
             for name in names:
                 runs = [r[name] for r in rounds]

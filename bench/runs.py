@@ -28,8 +28,13 @@ def finished_run(work: Path, stdout: str):
 def run_tntrun(work: Path, *overrides: str, prefix: Sequence[str] = ()):
     """Run ``tntrun`` (after ``prefix``, e.g. ``taskset -c 0``) with its outputs and MLflow
     store in ``work``; (store client, run id)."""
-    out = subprocess.run([*prefix, *tntrun_command(work, *overrides)], cwd=work,
-                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [*prefix, *tntrun_command(work, *overrides)],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return finished_run(work, out)
 
 

@@ -69,8 +69,12 @@ def set_cpu(state: Path, cores: float) -> float:
 
 def on_hosts(port: str, key: str, hosts: str) -> tuple[str, ...]:
     """Overrides placing the run on ``hosts`` (a Hydra list or a sweep of lists)."""
-    return (f"hosts={hosts}", f"horovod.ssh_port={port}", f"horovod.ssh_identity_file={key}",
-            "horovod.network_interface=tnt0")  # fmt: skip
+    return (
+        f"hosts={hosts}",
+        f"horovod.ssh_port={port}",
+        f"horovod.ssh_identity_file={key}",
+        "horovod.network_interface=tnt0",
+    )
 
 
 def steady_ms(work: Path, *overrides: str, prefix=()) -> tuple[float, dict[int, float]]:
@@ -95,8 +99,12 @@ def main() -> None:
     parser.add_argument("--rates", default="1gbit,5gbit")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
-    parser.add_argument("--cores-per-rank", type=float, default=None,
-                        help="every rank's CPU share, a quota on each host (e.g. 0.5)")  # fmt: skip
+    parser.add_argument(
+        "--cores-per-rank",
+        type=float,
+        default=None,
+        help="every rank's CPU share, a quota on each host (e.g. 0.5)",
+    )
     args = parser.parse_args()
     cores = args.cores_per_rank
     rates = args.rates.split(",")
@@ -125,29 +133,47 @@ def main() -> None:
                         )
                     else:  # no communication: the link's rate does not matter
                         print(f"host CPU: {set_cpu(state, cores):.2f} cores", flush=True)
-                        one_core.setdefault(name, []).append(steady_ms(
-                            work, *overrides, "ranks_per_node=1",
-                            *on_hosts(port, key, f"[{HOST_1}]"))[0])  # fmt: skip
+                        one_core.setdefault(name, []).append(
+                            steady_ms(
+                                work,
+                                *overrides,
+                                "ranks_per_node=1",
+                                *on_hosts(port, key, f"[{HOST_1}]"),
+                            )[0]
+                        )
                     for rate in rates:
                         tcp[rate] = shape(state, rate)  # hosts at `cores` (if given) from here
-                        measured, predicted = steady_ms(work, *overrides, "ranks_per_node=1",
-                                                        *on_hosts(port, key, both),
-                                                        "predict_scaling=true")  # fmt: skip
+                        measured, predicted = steady_ms(
+                            work,
+                            *overrides,
+                            "ranks_per_node=1",
+                            *on_hosts(port, key, both),
+                            "predict_scaling=true",
+                        )
                         if cores is not None:
                             print(f"host CPU: {set_cpu(state, 2 * cores):.2f} cores", flush=True)
-                        four, _ = steady_ms(work, *overrides, "ranks_per_node=2",
-                                            *on_hosts(port, key, both))  # fmt: skip
+                        four, _ = steady_ms(
+                            work, *overrides, "ranks_per_node=2", *on_hosts(port, key, both)
+                        )
                         profiled.setdefault((name, rate), []).append((measured, predicted, four))
                         if cores is not None:
                             set_cpu(state, cores)  # back to `cores` for the next runs
-                            four_hosts.setdefault((name, rate), []).append(steady_ms(
-                                work, *overrides, "ranks_per_node=1",
-                                *on_hosts(port, key, FOUR_HOSTS))[0])  # fmt: skip
+                            four_hosts.setdefault((name, rate), []).append(
+                                steady_ms(
+                                    work,
+                                    *overrides,
+                                    "ranks_per_node=1",
+                                    *on_hosts(port, key, FOUR_HOSTS),
+                                )[0]
+                            )
                             print(f"4x1 {four_hosts[name, rate][-1]:.1f}", flush=True)
-                        print(f"repeat {repeat + 1} {name} {rate}: 1 rank {one_core[name][-1]:.1f}"
-                              f" ms held out (predicted {predicted[1]:.1f}), 2 ranks"
-                              f" {measured:.1f} ({predicted[2]:.1f}), 2x2 {four:.1f}"
-                              f" ({predicted[4]:.1f})", flush=True)  # fmt: skip
+                        print(
+                            f"repeat {repeat + 1} {name} {rate}: 1 rank {one_core[name][-1]:.1f}"
+                            f" ms held out (predicted {predicted[1]:.1f}), 2 ranks"
+                            f" {measured:.1f} ({predicted[2]:.1f}), 2x2 {four:.1f}"
+                            f" ({predicted[4]:.1f})",
+                            flush=True,
+                        )
                         if repeat == 0 and cores is None:
                             sweeps[name, rate] = swept(
                                 work,
@@ -170,8 +196,10 @@ def spread(values: list[float]) -> str:
 def report(profiled, single, one_core, tcp, cores: float | None, four_hosts) -> None:
     med = statistics.median
     held_out = "1 core" if cores is None else f"1 host of {cores:g} core"
-    print(f"{len(one_core[next(iter(one_core))])} repeats; medians, error = predicted / measured"
-          f" - 1{'' if cores is None else f'; every rank on {cores:g} core'}\n")  # fmt: skip
+    print(
+        f"{len(one_core[next(iter(one_core))])} repeats; medians, error = predicted / measured"
+        f" - 1{'' if cores is None else f'; every rank on {cores:g} core'}\n"
+    )
     print("| workload | link (TCP Gbit/s) | 2 ranks measured ms | predicted | error | range |")
     print("|---|---|---|---|---|---|")
     for (name, rate), rows in profiled.items():
@@ -184,7 +212,7 @@ def report(profiled, single, one_core, tcp, cores: float | None, four_hosts) -> 
             f"{med(errors):+.1%}",
             spread(errors),
         ]
-        print("| " + " | ".join(cells) + " |")  # fmt: skip
+        print("| " + " | ".join(cells) + " |")
     print("\nheld out (world sizes the profile was not taken at), medians and error ranges:\n")
     header = ["workload", "link", "1 rank predicted ms", f"{held_out} measured", "error", "range"]
     if single:
@@ -198,18 +226,30 @@ def report(profiled, single, one_core, tcp, cores: float | None, four_hosts) -> 
         predicted1 = [p[1] for _, p, _ in rows]
         errors1 = relative_errors(predicted1, one_core[name])
         errors4 = relative_errors([p[4] for _, p, _ in rows], [f for _, _, f in rows])
-        cells = [name, rate, f"{med(predicted1):.1f}",
-                 f"{med(one_core[name]):.1f}", f"{med(errors1):+.1%}", spread(errors1)]  # fmt: skip
+        cells = [
+            name,
+            rate,
+            f"{med(predicted1):.1f}",
+            f"{med(one_core[name]):.1f}",
+            f"{med(errors1):+.1%}",
+            spread(errors1),
+        ]
         if single:
             errors1_both = relative_errors(predicted1, single[name])
-            cells += [f"{med(single[name]):.1f}", f"{med(errors1_both):+.1%}",
-                      spread(errors1_both)]  # fmt: skip
-        cells += [f"{med(f for _, _, f in rows):.1f}", f"{med(p[4] for _, p, _ in rows):.1f}",
-                  f"{med(errors4):+.1%}", spread(errors4)]  # fmt: skip
+            cells += [f"{med(single[name]):.1f}", f"{med(errors1_both):+.1%}", spread(errors1_both)]
+        cells += [
+            f"{med(f for _, _, f in rows):.1f}",
+            f"{med(p[4] for _, p, _ in rows):.1f}",
+            f"{med(errors4):+.1%}",
+            spread(errors4),
+        ]
         if four_hosts:
             errors4x1 = relative_errors([p[4] for _, p, _ in rows], four_hosts[name, rate])
-            cells += [f"{med(four_hosts[name, rate]):.1f}", f"{med(errors4x1):+.1%}",
-                      spread(errors4x1)]  # fmt: skip
+            cells += [
+                f"{med(four_hosts[name, rate]):.1f}",
+                f"{med(errors4x1):+.1%}",
+                spread(errors4x1),
+            ]
         print("| " + " | ".join(cells) + " |")
     print("\npredicted step ms (efficiency step(1) / step(N)) by world size, medians:\n")
     print("| workload | link | " + " | ".join(f"{n} ranks" for n in PREDICTED_AT) + " |")
@@ -222,10 +262,14 @@ def report(profiled, single, one_core, tcp, cores: float | None, four_hosts) -> 
 
 
 def report_sweeps(profiled, single, sweeps) -> None:
-    print("\na real sweep, tntrun -m hosts=[h1],[h1,h2] (first repeat), beside the prediction "
-          "and the separate runs' medians:\n")  # fmt: skip
-    print("| workload | link | sweep 1 host step ms | sweep 2 hosts step ms | sweep efficiency "
-          "| predicted (that repeat) | predicted (median) | runs (median) |")  # fmt: skip
+    print(
+        "\na real sweep, tntrun -m hosts=[h1],[h1,h2] (first repeat), beside the prediction "
+        "and the separate runs' medians:\n"
+    )
+    print(
+        "| workload | link | sweep 1 host step ms | sweep 2 hosts step ms | sweep efficiency "
+        "| predicted (that repeat) | predicted (median) | runs (median) |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for (name, rate), rows in sweeps.items():
         runs = profiled[name, rate]

@@ -29,10 +29,16 @@ WORKLOADS = {  # overrides, epochs
     "mlp": ((), 20),  # the default experiment: MLP on digits (22 steps per epoch)
     "cnn": (("model=cnn", "dataset=synthetic_images", "optimizer=sgd"), 3),
     "resnet18": (
-        ("model=resnet18", "model.stem=small", "dataset=synthetic_images", "optimizer=sgd",
-         "dataset.num_train=1024"), 3,
+        (
+            "model=resnet18",
+            "model.stem=small",
+            "dataset=synthetic_images",
+            "optimizer=sgd",
+            "dataset.num_train=1024",
+        ),
+        3,
     ),
-}  # fmt: skip
+}
 
 
 def one_run(work: Path, args: tuple[str, ...], epochs: int) -> dict[str, float]:
@@ -65,16 +71,20 @@ def main() -> None:
             for name in args.workloads:
                 overrides, epochs = WORKLOADS[name]
                 found[name].append(one_run(work, overrides, args.epochs or epochs))
-    print("| workload | measured 2-rank step ms | predicted ms | error | errors | error apart "
-          "| interaction ms | compute ms | predicted efficiency at 64 ranks | n |")  # fmt: skip
+    print(
+        "| workload | measured 2-rank step ms | predicted ms | error | errors | error apart "
+        "| interaction ms | compute ms | predicted efficiency at 64 ranks | n |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name, rows in found.items():
         med = {key: statistics.median(r[key] for r in rows) for key in rows[0]}
         errors = sorted(r["error"] for r in rows)
-        print(f"| {name} | {med['measured_ms']:.2f} | {med['predicted_ms']:.2f} | "
-              f"{med['error']:+.1%} | {errors[0]:+.0%}..{errors[-1]:+.0%} | "
-              f"{med['apart_error']:+.1%} | {med['interaction_ms']:+.2f} | "
-              f"{med['compute_ms']:.2f} | {med['efficiency_64']:.3f} | {len(rows)} |")  # fmt: skip
+        print(
+            f"| {name} | {med['measured_ms']:.2f} | {med['predicted_ms']:.2f} | "
+            f"{med['error']:+.1%} | {errors[0]:+.0%}..{errors[-1]:+.0%} | "
+            f"{med['apart_error']:+.1%} | {med['interaction_ms']:+.2f} | "
+            f"{med['compute_ms']:.2f} | {med['efficiency_64']:.3f} | {len(rows)} |"
+        )
 
 
 if __name__ == "__main__":

@@ -18,16 +18,22 @@ from pathlib import Path
 
 from runs import run_metrics
 
-LAYOUTS = {"1 rank x 2 threads": ("ranks_per_node=1", "threads_per_rank=2"),
-           "2 ranks x 1 thread": ("ranks_per_node=2", "threads_per_rank=1")}  # fmt: skip
+LAYOUTS = {
+    "1 rank x 2 threads": ("ranks_per_node=1", "threads_per_rank=2"),
+    "2 ranks x 1 thread": ("ranks_per_node=2", "threads_per_rank=1"),
+}
 # --knobs: the alternatives to the defaults, each against 1 rank x 2 threads.
 KNOBS = {
-    "2 ranks x 1 thread, horovod.cycle_time_ms=5": (*LAYOUTS["2 ranks x 1 thread"],
-                                                    "horovod.cycle_time_ms=5"),
-    "2 ranks x 1 thread, horovod.compression=fp16": (*LAYOUTS["2 ranks x 1 thread"],
-                                                     "horovod.compression=fp16"),
+    "2 ranks x 1 thread, horovod.cycle_time_ms=5": (
+        *LAYOUTS["2 ranks x 1 thread"],
+        "horovod.cycle_time_ms=5",
+    ),
+    "2 ranks x 1 thread, horovod.compression=fp16": (
+        *LAYOUTS["2 ranks x 1 thread"],
+        "horovod.compression=fp16",
+    ),
     "2 ranks x 2 threads": ("ranks_per_node=2", "threads_per_rank=2"),
-}  # fmt: skip
+}
 MODELS = {
     "cnn": ("model=cnn",),
     # 1024 training images: its steps take seconds on this machine.
@@ -56,9 +62,9 @@ def main() -> None:
                 for v, (name, layout) in enumerate(variants.items()):
                     work = Path(tmp) / f"{model}-{i}-{v}"
                     work.mkdir()
-                    found[name].append(throughput(
-                        work, (*MODELS[model], *layout, f"train.epochs={args.epochs}")
-                    ))  # fmt: skip
+                    found[name].append(
+                        throughput(work, (*MODELS[model], *layout, f"train.epochs={args.epochs}"))
+                    )
             rows.append((model, {name: statistics.median(v) for name, v in found.items()}))
     print("| model | 1 rank x 2 threads samples/s | 2 ranks x 1 thread samples/s | ratio | n |")
     print("|---|---|---|---|---|")

@@ -44,11 +44,18 @@ class Layout:
 
 
 LAYOUTS = (
-    Layout("tfds", "imagenet2012-train.tfrecord-*-of-*",
-           "imagenet2012-validation.tfrecord-*-of-*", "image", "label", 0),
-    Layout("model_garden", "train-*-of-*", "validation-*-of-*",
-           "image/encoded", "image/class/label", 1),
-)  # fmt: skip
+    Layout(
+        "tfds",
+        "imagenet2012-train.tfrecord-*-of-*",
+        "imagenet2012-validation.tfrecord-*-of-*",
+        "image",
+        "label",
+        0,
+    ),
+    Layout(
+        "model_garden", "train-*-of-*", "validation-*-of-*", "image/encoded", "image/class/label", 1
+    ),
+)
 
 
 @dataclass
@@ -99,10 +106,11 @@ def _search_dirs(root: Path) -> Iterator[Path]:
             level = [
                 Path(entry.path)
                 for folder in level
-                for entry in sorted(os.scandir(folder),
-                                    key=lambda e: _newest_first(Path(e.path)), reverse=True)
+                for entry in sorted(
+                    os.scandir(folder), key=lambda e: _newest_first(Path(e.path)), reverse=True
+                )
                 if entry.is_dir() and not entry.name.startswith(".")
-            ]  # fmt: skip
+            ]
 
 
 def find_records(root: Path) -> Records:
@@ -256,9 +264,14 @@ class ImagenetDataset:
     PUBLISHED = {"train": 1_281_167, "validation": 50_000, "classes": 1000}
 
     @classmethod
-    def published_info(cls, image_size: int = 224, num_classes: int = 1000,
-                       num_train: int | None = None, num_val: int | None = None,
-                       **_: object) -> DatasetInfo:  # fmt: skip
+    def published_info(
+        cls,
+        image_size: int = 224,
+        num_classes: int = 1000,
+        num_train: int | None = None,
+        num_val: int | None = None,
+        **_: object,
+    ) -> DatasetInfo:
         """ImageNet-1k's published sizes, to plan a run before the records are on disk."""
         return DatasetInfo(
             num_train=int(num_train or cls.PUBLISHED["train"]),
@@ -376,10 +389,9 @@ class ImagenetDataset:
 
         autotune = tf.data.AUTOTUNE
         found = self.records
-        records = (
-            _rank_records(found.train, rank, size, shuffle_seed=seed + rank)
-            .shuffle(self.shuffle_buffer, seed=seed + rank, reshuffle_each_iteration=True)
-        )  # fmt: skip
+        records = _rank_records(found.train, rank, size, shuffle_seed=seed + rank).shuffle(
+            self.shuffle_buffer, seed=seed + rank, reshuffle_each_iteration=True
+        )
         train = self._train_batches(
             records, seed=seed * 1_000_003 + rank, batch=micro_batch
         ).prefetch(autotune)

@@ -50,9 +50,14 @@ class SyntheticImages:
         seed: int = 0,
         pool_size: int = 16,
     ) -> None:
-        minimums = {"image_size": (image_size, 1), "channels": (channels, 1),
-                    "num_classes": (num_classes, 1), "num_train": (num_train, 1),
-                    "num_val": (num_val, 0), "pool_size": (pool_size, 1)}  # fmt: skip
+        minimums = {
+            "image_size": (image_size, 1),
+            "channels": (channels, 1),
+            "num_classes": (num_classes, 1),
+            "num_train": (num_train, 1),
+            "num_val": (num_val, 0),
+            "pool_size": (pool_size, 1),
+        }
         for key, (value, least) in minimums.items():
             if value < least:
                 raise ValueError(f"dataset.{key}={value}: use a value >= {least}")

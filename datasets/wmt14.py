@@ -290,8 +290,9 @@ class Wmt14Dataset:
     PUBLISHED = {"train": 4_508_785, "validation": 3_003}
 
     @classmethod
-    def published_info(cls, vocab_size: int = 32_000, max_length: int = 64,
-                       **_: object) -> DatasetInfo:  # fmt: skip
+    def published_info(
+        cls, vocab_size: int = 32_000, max_length: int = 64, **_: object
+    ) -> DatasetInfo:
         """WMT14 en-de's published pair counts (before length filtering): plan without the text."""
         return DatasetInfo(
             num_train=cls.PUBLISHED["train"],

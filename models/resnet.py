@@ -98,17 +98,24 @@ class _Layers:
         """One residual block; the shortcut is projected when its shape changes."""
         out_channels = width * EXPANSION[kind]
         if kind == "basic":
-            y = self.relu(self.bn(self.conv(x, width, 3, stride, f"{name}_conv1"),
-                                  f"{name}_bn1"), f"{name}_relu1")  # fmt: skip
-            y = self.bn(self.conv(y, width, 3, 1, f"{name}_conv2"), f"{name}_bn2",
-                        residual_end=True)  # fmt: skip
+            y = self.relu(
+                self.bn(self.conv(x, width, 3, stride, f"{name}_conv1"), f"{name}_bn1"),
+                f"{name}_relu1",
+            )
+            y = self.bn(
+                self.conv(y, width, 3, 1, f"{name}_conv2"), f"{name}_bn2", residual_end=True
+            )
         else:
-            y = self.relu(self.bn(self.conv(x, width, 1, 1, f"{name}_conv1"),
-                                  f"{name}_bn1"), f"{name}_relu1")  # fmt: skip
-            y = self.relu(self.bn(self.conv(y, width, 3, stride, f"{name}_conv2"),
-                                  f"{name}_bn2"), f"{name}_relu2")  # fmt: skip
-            y = self.bn(self.conv(y, out_channels, 1, 1, f"{name}_conv3"), f"{name}_bn3",
-                        residual_end=True)  # fmt: skip
+            y = self.relu(
+                self.bn(self.conv(x, width, 1, 1, f"{name}_conv1"), f"{name}_bn1"), f"{name}_relu1"
+            )
+            y = self.relu(
+                self.bn(self.conv(y, width, 3, stride, f"{name}_conv2"), f"{name}_bn2"),
+                f"{name}_relu2",
+            )
+            y = self.bn(
+                self.conv(y, out_channels, 1, 1, f"{name}_conv3"), f"{name}_bn3", residual_end=True
+            )
         shortcut = x
         if stride != 1 or x.shape[-1] != out_channels:
             shortcut = self.conv(x, out_channels, 1, stride, f"{name}_downsample_conv")

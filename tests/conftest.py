@@ -95,17 +95,31 @@ def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def run_on_two_ranks(script: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     """``horovodrun -np 2`` of a rank script (tests/rank_scripts) on CPU ranks over loopback."""
     return subprocess.run(
-        [str(BIN / "horovodrun"), "--gloo", "-np", "2", "-H", "localhost:2",
-         sys.executable, str(script)],
+        [
+            str(BIN / "horovodrun"),
+            "--gloo",
+            "-np",
+            "2",
+            "-H",
+            "localhost:2",
+            sys.executable,
+            str(script),
+        ],
         env={**clean_env(), "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1"},
-        capture_output=True, text=True, timeout=timeout,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 # Training whose final weights do not depend on where its 2 ranks run (multi-host, Slurm).
-DETERMINISTIC = ("deterministic=true", "train.epochs=2", "tracking.system_metrics=false",
-                 "model.dropout=0.0")  # fmt: skip
+DETERMINISTIC = (
+    "deterministic=true",
+    "train.epochs=2",
+    "tracking.system_metrics=false",
+    "model.dropout=0.0",
+)
 
 
 def final_weights(result: subprocess.CompletedProcess) -> list[np.ndarray]:
@@ -200,8 +214,11 @@ class NetnsHosts:
     key: str
 
     def ssh_overrides(self) -> tuple[str, ...]:
-        return (f"horovod.ssh_port={self.port}", f"horovod.ssh_identity_file={self.key}",
-                "horovod.network_interface=tnt0")  # fmt: skip
+        return (
+            f"horovod.ssh_port={self.port}",
+            f"horovod.ssh_identity_file={self.key}",
+            "horovod.network_interface=tnt0",
+        )
 
 
 @pytest.fixture(scope="session")
@@ -220,8 +237,9 @@ def netns_hosts(tmp_path_factory) -> Iterator[NetnsHosts]:
     up = subprocess.run(["bash", script, "up", str(state)], capture_output=True, text=True)
     assert up.returncode == 0, up.stderr
     lines = [line.split() for line in up.stdout.splitlines()]
-    yield NetnsHosts(tuple(line[0] for line in lines), ("tnt-h1", "tnt-h2"), lines[0][1],
-                     lines[0][2])  # fmt: skip
+    yield NetnsHosts(
+        tuple(line[0] for line in lines), ("tnt-h1", "tnt-h2"), lines[0][1], lines[0][2]
+    )
     subprocess.run(["bash", script, "down", str(state)], check=True)
 
 
@@ -238,8 +256,9 @@ class SlurmCluster:
         return {**env, "SLURM_CONF": str(self.conf), "PATH": f"{BIN}:{env['PATH']}"}
 
     def run(self, *command: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-        return subprocess.run(list(command), cwd=cwd, env=self.env(), capture_output=True,
-                              text=True, timeout=timeout)  # fmt: skip
+        return subprocess.run(
+            list(command), cwd=cwd, env=self.env(), capture_output=True, text=True, timeout=timeout
+        )
 
 
 @pytest.fixture(scope="session")
@@ -251,8 +270,9 @@ def slurm(request, tmp_path_factory) -> Iterator[SlurmCluster]:
     netns_hosts = request.getfixturevalue("netns_hosts")  # after the check: it names Slurm
     state = tmp_path_factory.mktemp("slurm")
     script = str(SCRIPTS / "slurm_cluster.sh")
-    up = subprocess.run(["bash", script, "up", str(state)], capture_output=True, text=True,
-                        timeout=120)  # fmt: skip
+    up = subprocess.run(
+        ["bash", script, "up", str(state)], capture_output=True, text=True, timeout=120
+    )
     assert up.returncode == 0, up.stderr
     yield SlurmCluster(state / "slurm.conf", netns_hosts)
     subprocess.run(["bash", script, "down", str(state)], check=True)

@@ -121,7 +121,11 @@ def test_a_recipe_plans_before_its_data_exists(in_tmp):
     assert result.status == "PLANNED" and result.exit_code == 0
     plan = result.plan
     assert (plan.num_train, plan.num_val, plan.world_size, plan.micro_batch_size) == (
-        1_281_167, 50_000, 8, 64)  # fmt: skip
+        1_281_167,
+        50_000,
+        8,
+        64,
+    )
     assert plan.steps_per_epoch == 1_281_167 // 512 and plan.scaled_lr == pytest.approx(0.2)
     missing = api.run(["experiment=resnet50_imagenet", "dataset.data_dir=/no/such", *layout])
     assert missing.plan.num_train == 1_281_167
@@ -135,8 +139,14 @@ def test_a_recipe_plans_before_its_data_exists(in_tmp):
 
 
 def test_the_dry_run_says_the_sizes_are_assumed(run_tntrun):
-    result = run_tntrun("experiment=resnet50_imagenet", "nodes=2", "gpus=4", "hosts=[a,b]",
-                        "global_batch_size=512", "dry_run=true")  # fmt: skip
+    result = run_tntrun(
+        "experiment=resnet50_imagenet",
+        "nodes=2",
+        "gpus=4",
+        "hosts=[a,b]",
+        "global_batch_size=512",
+        "dry_run=true",
+    )
     assert result.returncode == 0, result.stderr
     assert (
         "note: dataset.data_dir is not there yet: planned with the published sizes "

@@ -43,8 +43,10 @@ def test_an_unusable_tracking_store_is_refused_before_any_rank_starts(run_tntrun
     closed.bind(("127.0.0.1", 0))  # a port nobody listens on while it stays bound
     port = closed.getsockname()[1]
     with closed:
-        for uri, why in ((f"sqlite:///{blocked}/mlflow.db", "cannot create"),
-                         (f"http://127.0.0.1:{port}", "no MLflow server answers")):  # fmt: skip
+        for uri, why in (
+            (f"sqlite:///{blocked}/mlflow.db", "cannot create"),
+            (f"http://127.0.0.1:{port}", "no MLflow server answers"),
+        ):
             result = run_tntrun("train.epochs=1", f"tracking.uri={uri}")
             assert result.returncode == 2, result.stdout[-2000:]
             assert f"tracking.uri (else $MLFLOW_TRACKING_URI, else output_root) = {uri}" in (

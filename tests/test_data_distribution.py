@@ -21,9 +21,18 @@ GLOBAL = SIZE * MICRO
 def stream(rank: int, *, drop: bool, first_epoch: int = 0, epochs: int = 3):
     data = tf.data.Dataset.from_tensor_slices((np.arange(N), np.arange(N) % 10))
     steps = N // GLOBAL if drop else -(-N // GLOBAL)
-    ds = distribute_train(data, num_samples=N, micro_batch=MICRO, steps_per_epoch=steps,
-                          rank=rank, size=SIZE, seed=7, first_epoch=first_epoch, epochs=epochs,
-                          drop_remainder=drop)  # fmt: skip
+    ds = distribute_train(
+        data,
+        num_samples=N,
+        micro_batch=MICRO,
+        steps_per_epoch=steps,
+        rank=rank,
+        size=SIZE,
+        seed=7,
+        first_epoch=first_epoch,
+        epochs=epochs,
+        drop_remainder=drop,
+    )
     batches = [tuple(t.numpy() for t in batch) for batch in ds]
     assert all(len(b[0]) == MICRO for b in batches), "every step is a full micro-batch"
     return steps, batches
@@ -59,7 +68,10 @@ def test_a_resumed_stream_continues_with_the_same_batches():
 
 def test_evaluation_shards_cover_the_set_exactly_once():
     data = tf.data.Dataset.from_tensor_slices((np.arange(N), np.arange(N)))
-    seen = [int(x) for rank in range(SIZE)
-            for batch in distribute_eval(data, micro_batch=MICRO, rank=rank, size=SIZE)
-            for x in batch[0]]  # fmt: skip
+    seen = [
+        int(x)
+        for rank in range(SIZE)
+        for batch in distribute_eval(data, micro_batch=MICRO, rank=rank, size=SIZE)
+        for x in batch[0]
+    ]
     assert sorted(seen) == list(range(N))

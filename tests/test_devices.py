@@ -34,8 +34,12 @@ def test_only_ranks_on_this_node_are_checked_here():
 
 def test_a_rank_planned_with_a_gpu_that_sees_none_stops_with_one_line():
     code = "from tntrun.engine import runtime; runtime.init(1, 0, False, gpus=1)"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            env={"TF_CPP_MIN_LOG_LEVEL": "3", "PATH": "/usr/bin:/bin"})  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"TF_CPP_MIN_LOG_LEVEL": "3", "PATH": "/usr/bin:/bin"},
+    )
     assert result.returncode != 0
     assert "MissingDevice: gpus=1: TensorFlow on rank 0 (" in result.stderr
     assert "sees no GPU" in result.stderr and "or set gpus=0" in result.stderr

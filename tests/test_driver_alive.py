@@ -63,8 +63,11 @@ def test_no_heartbeat_file_no_watch(tmp_path):
 def test_this_host_judges_by_pid_and_start_time():
     assert lost_driver(driver_tags()) is None  # this process
     child = subprocess.Popen(["sleep", "30"])
-    tags = {**driver_tags(), "driver_pid": str(child.pid),
-            "driver_started": f"{process_start_time(child.pid):.2f}"}  # fmt: skip
+    tags = {
+        **driver_tags(),
+        "driver_pid": str(child.pid),
+        "driver_started": f"{process_start_time(child.pid):.2f}",
+    }
     assert lost_driver(tags) is None
     child.kill()  # a zombie until reaped: already gone
     time.sleep(0.2)
@@ -77,8 +80,12 @@ def test_this_host_judges_by_pid_and_start_time():
 
 
 def test_another_host_judges_by_the_heartbeats_age(tmp_path):
-    tags = {"driver_host": "elsewhere", "driver_pid": "1", "driver_started": "0",
-            "run_dir": str(tmp_path)}  # fmt: skip
+    tags = {
+        "driver_host": "elsewhere",
+        "driver_pid": "1",
+        "driver_started": "0",
+        "run_dir": str(tmp_path),
+    }
     assert lost_driver(tags) is None  # no heartbeat visible: cannot tell
     (tmp_path / run_files.DRIVER_ALIVE).write_text("elsewhere 1 7\n")
     assert lost_driver(tags) is None

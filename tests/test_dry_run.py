@@ -8,8 +8,13 @@ from tests.test_schedule_chart import line_points
 
 
 def test_dry_run_prints_config_plan_and_command(run_tntrun, tmp_path):
-    result = run_tntrun("dry_run=true", "schedule=warmup_piecewise", "train.epochs=90",
-                        "optimizer=sgd", "global_batch_size=128")  # fmt: skip
+    result = run_tntrun(
+        "dry_run=true",
+        "schedule=warmup_piecewise",
+        "train.epochs=90",
+        "optimizer=sgd",
+        "global_batch_size=128",
+    )
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "== Config ==" in out and "global_batch_size: 128" in out

@@ -43,8 +43,16 @@ def test_default_experiment_trains_on_two_ranks_and_logs_to_mlflow(run_tntrun, t
     assert "rank 1: done without opening the MLflow store" in result.stdout
 
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
-    assert {"config.yaml", "plan.json", "lr_schedule.svg", "model.keras", "hydra", "logs",
-            "checkpoint", "precision.json"} <= artifacts  # fmt: skip
+    assert {
+        "config.yaml",
+        "plan.json",
+        "lr_schedule.svg",
+        "model.keras",
+        "hydra",
+        "logs",
+        "checkpoint",
+        "precision.json",
+    } <= artifacts
     logs = {a.path for a in client.list_artifacts(run.info.run_id, "logs")}
     assert {"logs/rank.0.log", "logs/rank.1.log", "logs/launcher.log"} <= logs
     tags = run.data.tags

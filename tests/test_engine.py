@@ -29,11 +29,17 @@ from tntrun.config.schema import TrainConfig
 pytestmark = pytest.mark.slow
 
 CONFIG = (
-    "deterministic=true", "optimizer=sgd", "optimizer.base_lr=0.4", "model.dropout=0.0",
-    "train.drop_remainder=false", "schedule=warmup_cosine", "schedule.warmup_epochs=1",
+    "deterministic=true",
+    "optimizer=sgd",
+    "optimizer.base_lr=0.4",
+    "model.dropout=0.0",
+    "train.drop_remainder=false",
+    "schedule=warmup_cosine",
+    "schedule.warmup_epochs=1",
     "schedule.warmup_start_lr=0.01",  # the default (scaled LR / world size) differs by layout
-    "train.epochs=4", "checkpoint.min_interval_s=0",  # a checkpoint each epoch: resume tests
-)  # fmt: skip
+    "train.epochs=4",
+    "checkpoint.min_interval_s=0",  # a checkpoint each epoch: resume tests
+)
 
 
 def weights(run_dir) -> list[np.ndarray]:
@@ -55,11 +61,13 @@ def finished(result) -> None:
 def two_ranks(tmp_path_factory):
     work = tmp_path_factory.mktemp("two_ranks")
     result = tntrun_cli(
-        work, *CONFIG, "train.tensorboard=true",
+        work,
+        *CONFIG,
+        "train.tensorboard=true",
         "+callbacks.csv._target_=keras.callbacks.CSVLogger",
         "+callbacks.csv.filename=${hydra:runtime.output_dir}/epochs.csv",
         "+callbacks.csv.ranks=master_only",
-    )  # fmt: skip
+    )
     finished(result)
     return work, result
 
@@ -100,8 +108,9 @@ def test_sharded_validation_equals_single_process_evaluation(two_ranks):
     _, run = mlflow_run(*two_ranks)
     run_dir = run_dir_of(two_ranks[1])
     model = keras.models.load_model(run_dir / "model.keras", compile=False)
-    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  metrics=["accuracy"])  # fmt: skip
+    model.compile(
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"]
+    )
     _, val = DigitsDataset().load()
     assert DigitsDataset().info().num_val % 2 == 1, "an odd set makes the shards unequal"
     loss, accuracy = model.evaluate(val.batch(1000), verbose=0)
@@ -117,8 +126,14 @@ def test_master_only_callbacks_and_throughput_metrics(two_ranks):
     assert any((run_dir / "tensorboard").rglob("events.out.tfevents.*"))
     kept = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
     assert kept == ["epoch-0003", "epoch-0004"], "checkpoint.keep=2 keeps the last two"
-    for key in ("samples_per_s", "step_time_p50_ms", "step_time_p95_ms", "epoch_time_s",
-                "steady_samples_per_s", "lr"):  # fmt: skip
+    for key in (
+        "samples_per_s",
+        "step_time_p50_ms",
+        "step_time_p95_ms",
+        "epoch_time_s",
+        "steady_samples_per_s",
+        "lr",
+    ):
         assert run.data.metrics[key] > 0, key
     lrs = [m.value for m in client.get_metric_history(run.info.run_id, "lr")]
     assert lrs[0] > lrs[-1], "warmup + cosine decays over training"
@@ -156,9 +171,13 @@ def test_a_preempted_run_resumes_mid_epoch_into_the_same_run_with_the_same_weigh
     log = tmp_path / "driver.log"
     with log.open("w") as out:
         driver = subprocess.Popen(
-            tntrun_command(tmp_path, *CONFIG, *hold), cwd=tmp_path, env=clean_env(),
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            tntrun_command(tmp_path, *CONFIG, *hold),
+            cwd=tmp_path,
+            env=clean_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     wait_for_file(reached, driver, timeout_s=300, log=log)
     driver.send_signal(signal.SIGTERM)
     # The driver waits preempt_grace_s for the checkpoint, then stops the ranks; 30 s margin
@@ -191,8 +210,9 @@ def test_a_preempted_run_resumes_mid_epoch_into_the_same_run_with_the_same_weigh
 
 def test_resume_with_another_layout_is_refused(two_ranks, tmp_path):
     _, result = two_ranks
-    refused = tntrun_cli(tmp_path, f"resume={run_dir_of(result)}", "ranks_per_node=1",
-                         "train.epochs=6")  # fmt: skip
+    refused = tntrun_cli(
+        tmp_path, f"resume={run_dir_of(result)}", "ranks_per_node=1", "train.epochs=6"
+    )
     assert refused.returncode == 2
     assert "resume: the checkpoint was trained on 2 ranks with global batch 64" in refused.stderr
     assert "resume_allow_layout_change=true" in refused.stderr
@@ -210,9 +230,13 @@ def test_resume_by_run_id_with_an_allowed_layout_change(two_ranks, tmp_path):
     work, result = two_ranks
     client, run = mlflow_run(work, result)
     resumed = tntrun_cli(
-        work, f"resume={run.info.run_id}", "resume_allow_layout_change=true",
-        "ranks_per_node=1", "global_batch_size=32", "train.epochs=5",
-    )  # fmt: skip
+        work,
+        f"resume={run.info.run_id}",
+        "resume_allow_layout_change=true",
+        "ranks_per_node=1",
+        "global_batch_size=32",
+        "train.epochs=5",
+    )
     finished(resumed)
     run = client.get_run(run.info.run_id)
     assert run.data.tags["resume.layout_change"].startswith(

@@ -48,9 +48,11 @@ LONG_RUN = ("train.epochs=50", "tracking.system_metrics=false", "checkpoint.min_
 def fault(kind: str, rank: int = 1, step: int = 30) -> tuple[str, ...]:
     return (
         "+callbacks.fault._target_=tntrun.engine.faults.InjectFault",
-        "+callbacks.fault.ranks=all_ranks", f"+callbacks.fault.rank={rank}",
-        f"+callbacks.fault.at_step={step}", f"+callbacks.fault.kind={kind}",
-    )  # fmt: skip
+        "+callbacks.fault.ranks=all_ranks",
+        f"+callbacks.fault.rank={rank}",
+        f"+callbacks.fault.at_step={step}",
+        f"+callbacks.fault.kind={kind}",
+    )
 
 
 LOCAL = ("driver", "horovodrun")  # found beside the ranks of a run on this host
@@ -228,10 +230,20 @@ def test_a_sigkilled_driver_takes_its_ranks_along_and_a_later_command_ends_its_r
     assert client.get_run(run_id).info.status == "RUNNING"  # nobody could end it
 
     ui = subprocess.Popen(
-        [str(BIN / "tntrun"), "ui", "--output-root", str(tmp_path / "outputs"),
-         "--port", str(free_port())],
-        cwd=tmp_path, env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            str(BIN / "tntrun"),
+            "ui",
+            "--output-root",
+            str(tmp_path / "outputs"),
+            "--port",
+            str(free_port()),
+        ],
+        cwd=tmp_path,
+        env=clean_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while client.get_run(run_id).info.status == "RUNNING" and time.monotonic() < deadline:
@@ -254,9 +266,14 @@ def test_max_restarts_restarts_the_ranks_in_the_same_run_and_ends_like_no_failur
     """SIGKILL of rank 1 at step 30 (epoch 2) with train.max_restarts=1: the driver restarts
     the ranks from epoch 1's checkpoint, and the final weights equal an undisturbed run's."""
     once = tmp_path / "fault-fired"  # the restarted ranks pass step 30 again
-    result = tntrun_cli(tmp_path, *DETERMINISTIC, "checkpoint.min_interval_s=0",
-                        "train.max_restarts=1", *fault("kill"),
-                        f"+callbacks.fault.once_file={once}")  # fmt: skip
+    result = tntrun_cli(
+        tmp_path,
+        *DETERMINISTIC,
+        "checkpoint.min_interval_s=0",
+        "train.max_restarts=1",
+        *fault("kill"),
+        f"+callbacks.fault.once_file={once}",
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     assert "restart 1 of 1 (train.max_restarts) from epoch-0001, in the same run" in result.stdout
     run_dir = run_dir_of(result)

@@ -104,9 +104,13 @@ def test_a_tf_keras_model_file_is_refused_before_launch(in_tmp):
 def test_a_subclassed_model_with_its_own_train_step_trains_averaged(tmp_path):
     (tmp_path / "k3models.py").write_text(OWN_STEP)
     result = tntrun_cli(
-        tmp_path, "model=custom", "model._target_=k3models.build", "train.epochs=4",
-        "optimizer.base_lr=0.01", "tracking.system_metrics=false",
-    )  # fmt: skip
+        tmp_path,
+        "model=custom",
+        "model._target_=k3models.build",
+        "train.epochs=4",
+        "optimizer.base_lr=0.01",
+        "tracking.system_metrics=false",
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert len(list(tmp_path.glob("own-train-step-*"))) == 2, "each rank traced the override"
     # Keras' guide's subclassed models have no get_config: the weights are still saved.

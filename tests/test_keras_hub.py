@@ -74,19 +74,25 @@ def build(input_shape, num_classes, image_size=16, filters=(64, 128), blocks=(1,
 """
 
 OVERRIDES = (
-    "model=custom", "model._target_=hub_models.build",
-    "train.epochs=6", "global_batch_size=64",  # 22 steps per epoch
-    "optimizer=adam", "optimizer.base_lr=0.002",
-    "schedule=warmup_cosine", "schedule.warmup_epochs=0",
+    "model=custom",
+    "model._target_=hub_models.build",
+    "train.epochs=6",
+    "global_batch_size=64",  # 22 steps per epoch
+    "optimizer=adam",
+    "optimizer.base_lr=0.002",
+    "schedule=warmup_cosine",
+    "schedule.warmup_epochs=0",
     "tracking.system_metrics=false",
-)  # fmt: skip
+)
 
 
 def test_a_keras_hub_backbone_trains_on_two_ranks(run_tntrun, tmp_path):
     # Found, not imported: the test process need not pay for Keras; the ranks import it.
     if importlib.util.find_spec("keras_hub") is None:
-        missing("Python module keras_hub (KerasHub)",
-                "scripts/setup_env.sh installs keras-hub: make setup")  # fmt: skip
+        missing(
+            "Python module keras_hub (KerasHub)",
+            "scripts/setup_env.sh installs keras-hub: make setup",
+        )
     (tmp_path / "hub_models.py").write_text(HUB_MODELS)
     result = run_tntrun(*OVERRIDES)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]

@@ -73,10 +73,13 @@ def test_weak_scaling_efficiency_is_the_sweep_reports_efficiency():
 
 def netns_hosts_sh(hosts, action: str, value: str) -> dict:
     """``netns_hosts.sh ACTION STATE VALUE`` on the test hosts; what it measured (1 s)."""
-    done = subprocess.run(["bash", str(SCRIPTS / "netns_hosts.sh"), action,
-                           str(Path(hosts.key).parent), value],
-                          capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "TNT_MEASURE_S": "1"})  # fmt: skip
+    done = subprocess.run(
+        ["bash", str(SCRIPTS / "netns_hosts.sh"), action, str(Path(hosts.key).parent), value],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "TNT_MEASURE_S": "1"},
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -84,14 +87,18 @@ def netns_hosts_sh(hosts, action: str, value: str) -> dict:
 def on_host(hosts, index: int, command: str) -> str:
     """What ``command`` prints on the test host ``index``, run there over ssh as tntrun does."""
     ssh = ssh_command(hosts.addresses[index], int(hosts.port), hosts.key, timeout=10)
-    return subprocess.run([*ssh, command], capture_output=True, text=True, timeout=30,
-                          check=True).stdout  # fmt: skip
+    return subprocess.run(
+        [*ssh, command], capture_output=True, text=True, timeout=30, check=True
+    ).stdout
 
 
 def test_a_cpu_share_is_a_number_of_cores(tmp_path):
     for bad in ("half", "0.01"):
-        done = subprocess.run(["bash", str(SCRIPTS / "netns_hosts.sh"), "cpu", str(tmp_path), bad],
-                              capture_output=True, text=True)  # fmt: skip
+        done = subprocess.run(
+            ["bash", str(SCRIPTS / "netns_hosts.sh"), "cpu", str(tmp_path), bad],
+            capture_output=True,
+            text=True,
+        )
         assert done.returncode == 2 and "CORES: e.g. 0.5" in done.stderr, done.stderr
 
 

@@ -42,8 +42,13 @@ pytestmark = pytest.mark.slow
 
 
 def remote(hosts: NetnsHosts, *extra: str) -> tuple[str, ...]:
-    return ("nodes=2", f"hosts=[{','.join(hosts.addresses)}]", "ranks_per_node=1",
-            *hosts.ssh_overrides(), *extra)  # fmt: skip
+    return (
+        "nodes=2",
+        f"hosts=[{','.join(hosts.addresses)}]",
+        "ranks_per_node=1",
+        *hosts.ssh_overrides(),
+        *extra,
+    )
 
 
 # Found beside the ranks while they run: rank 1 is started by horovodrun's ssh client.
@@ -92,14 +97,29 @@ def test_a_host_that_does_not_see_the_run_directory_is_refused(netns_hosts, tmp_
     private = tmp_path / "private"
     private.mkdir()
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    overrides = (*remote(netns_hosts), *DETERMINISTIC, f"output_root={private / 'outputs'}",
-                 f"tracking.uri={store}")  # fmt: skip
+    overrides = (
+        *remote(netns_hosts),
+        *DETERMINISTIC,
+        f"output_root={private / 'outputs'}",
+        f"tracking.uri={store}",
+    )
     command = shlex.join([str(BIN / "tntrun"), *overrides])
     result = subprocess.run(
-        ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-         f"mount -t tmpfs tmpfs {private} && exec {command}"],
-        cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            f"mount -t tmpfs tmpfs {private} && exec {command}",
+        ],
+        cwd=tmp_path,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
     assert "host 10.77.0.1 does not see the run directory" in result.stderr
     assert "put output_root on a filesystem every host shares" in result.stderr

@@ -47,9 +47,11 @@ class Wipe(keras.callbacks.Callback):
 def nan_at(step: int, rank: int = 1) -> tuple[str, ...]:
     return (
         "+callbacks.fault._target_=tntrun.engine.faults.InjectFault",
-        "+callbacks.fault.ranks=all_ranks", f"+callbacks.fault.rank={rank}",
-        f"+callbacks.fault.at_step={step}", "+callbacks.fault.kind=nan_loss",
-    )  # fmt: skip
+        "+callbacks.fault.ranks=all_ranks",
+        f"+callbacks.fault.rank={rank}",
+        f"+callbacks.fault.at_step={step}",
+        "+callbacks.fault.kind=nan_loss",
+    )
 
 
 def tracked(tmp_path, run_dir):
@@ -59,8 +61,9 @@ def tracked(tmp_path, run_dir):
 
 def test_a_nan_loss_fails_the_run_at_that_step_on_every_rank(run_tntrun, tmp_path):
     # 22 steps per epoch: step 30 is in epoch 2, after epoch 1's checkpoint.
-    result = run_tntrun("train.epochs=4", "checkpoint.min_interval_s=0", "checkpoint.keep=1",
-                        *QUIET, *nan_at(30))  # fmt: skip
+    result = run_tntrun(
+        "train.epochs=4", "checkpoint.min_interval_s=0", "checkpoint.keep=1", *QUIET, *nan_at(30)
+    )
     assert result.returncode == 1, result.stdout[-3000:]
     run_dir = run_dir_of(result)
     run = tracked(tmp_path, run_dir)
@@ -75,8 +78,9 @@ def test_a_nan_loss_fails_the_run_at_that_step_on_every_rank(run_tntrun, tmp_pat
 
 def test_rollback_restores_the_last_good_checkpoint_and_finishes(in_tmp):
     rollback = ("train.on_nonfinite=rollback", "train.rollback_lr_factor=0.5")
-    result = api.run(["train.epochs=4", *rollback, "checkpoint.min_interval_s=0", *QUIET,
-                      *nan_at(30)])  # fmt: skip
+    result = api.run(
+        ["train.epochs=4", *rollback, "checkpoint.min_interval_s=0", *QUIET, *nan_at(30)]
+    )
     assert result.status == "FINISHED", result
     run = tracked(in_tmp, result.run_dir)
     assert run.data.tags["rollbacks"] == "1"
@@ -87,8 +91,13 @@ def test_rollback_restores_the_last_good_checkpoint_and_finishes(in_tmp):
 
 
 def test_a_diverging_run_fails_instead_of_finishing_with_nan(run_tntrun, tmp_path):
-    result = run_tntrun("optimizer=sgd", "optimizer.base_lr=1e8", "train.epochs=3",
-                        "checkpoint.min_interval_s=0", *QUIET)  # fmt: skip
+    result = run_tntrun(
+        "optimizer=sgd",
+        "optimizer.base_lr=1e8",
+        "train.epochs=3",
+        "checkpoint.min_interval_s=0",
+        *QUIET,
+    )
     assert result.returncode == 1
     run = tracked(tmp_path, run_dir_of(result))
     assert run.info.status == "FAILED"
@@ -98,8 +107,9 @@ def test_a_diverging_run_fails_instead_of_finishing_with_nan(run_tntrun, tmp_pat
 
 
 def test_keep_the_best_and_write_checkpoints_by_time(in_tmp):
-    result = api.run(["train.epochs=4", "checkpoint.monitor=val_accuracy", "checkpoint.keep=1",
-                      *QUIET])  # fmt: skip
+    result = api.run(
+        ["train.epochs=4", "checkpoint.monitor=val_accuracy", "checkpoint.keep=1", *QUIET]
+    )
     assert result.status == "FINISHED"
     checkpoints = result.run_dir / "checkpoints"
     # 4 short epochs within checkpoint.min_interval_s (60 s): only the last epoch writes one.

@@ -35,8 +35,18 @@ HOROVOD_CACHE = (
     / "tntrun/wheels/py311-tf2.18.1-cpu"
 )  # scripts/setup_env.sh builds Horovod 0.28.1 into it
 # Not part of the build: the copy the wheel is built from leaves them out.
-NOT_SOURCE = (".git", ".venv", "outputs", "build", "dist", "*.egg-info", "__pycache__",
-              ".pytest_cache", ".ruff_cache", "multirun")  # fmt: skip
+NOT_SOURCE = (
+    ".git",
+    ".venv",
+    "outputs",
+    "build",
+    "dist",
+    "*.egg-info",
+    "__pycache__",
+    ".pytest_cache",
+    ".ruff_cache",
+    "multirun",
+)
 
 
 def setuptools_config(root: Path) -> tuple[list[str], dict[str, str]]:
@@ -101,10 +111,22 @@ def wheel(source, tmp_path_factory, record_testsuite_property) -> Path:
     out = tmp_path_factory.mktemp("dist")
     start = time.monotonic()
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-         "-w", str(out), str(source)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(out),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     timed("wheel build", time.monotonic() - start, record_testsuite_property)
     check(built, "pip wheel")
     (path,) = out.glob("tntrun-*.whl")
@@ -198,20 +220,29 @@ def fresh(wheel, tmp_path_factory, record_testsuite_property) -> Iterator[FreshV
     # --no-compile, then compileall on every core: pip compiles one file at a time.
     installed = subprocess.run(
         [*pip, "--no-compile", TF_REQUIREMENT, *HOROVOD_REQUIREMENTS, str(wheel)],
-        capture_output=True, text=True, env=venv.env, timeout=900,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=venv.env,
+        timeout=900,
+    )
     check(installed, "pip install of TensorFlow, Horovod's dependencies and the tntrun wheel")
     installed = subprocess.run(
         [*pip, "--no-compile", "--no-deps", str(horovod[-1])],
-        capture_output=True, text=True, env=venv.env, timeout=300,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=venv.env,
+        timeout=300,
+    )
     check(installed, f"pip install --no-deps {horovod[-1].name}")
     timed("venv and pip install", time.monotonic() - start, record_testsuite_property)
     start = time.monotonic()
     compiled = subprocess.run(
         [venv.python, "-m", "compileall", "-q", "-j0", venv.site_packages],
-        capture_output=True, text=True, env=venv.env, timeout=300,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=venv.env,
+        timeout=300,
+    )
     check(compiled, "compileall of the fresh site-packages")
     timed("compileall", time.monotonic() - start, record_testsuite_property)
 
@@ -229,8 +260,12 @@ def fresh(wheel, tmp_path_factory, record_testsuite_property) -> Iterator[FreshV
     yield venv
     # 2.5 GB (pytest keeps its last three base temps): deleted by a detached `rm`, which
     # takes half a minute that the suite need not wait for.
-    subprocess.Popen(["rm", "-rf", str(root)], start_new_session=True,
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    subprocess.Popen(
+        ["rm", "-rf", str(root)],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def train(fresh: FreshVenv, workdir: Path, label: str, record_property, *overrides: str):
@@ -239,8 +274,12 @@ def train(fresh: FreshVenv, workdir: Path, label: str, record_property, *overrid
     start = time.monotonic()
     result = subprocess.run(
         [fresh.root / "bin" / "tntrun", *overrides, f"output_root={workdir / 'outputs'}"],
-        capture_output=True, text=True, env=fresh.env, cwd=workdir, timeout=600,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=fresh.env,
+        cwd=workdir,
+        timeout=600,
+    )
     timed(label, time.monotonic() - start, record_property)
     check(result, "tntrun " + " ".join(overrides))
     assert "tntrun: run FINISHED" in result.stdout, result.stdout[-4000:]
@@ -296,8 +335,12 @@ def test_a_user_model_from_the_working_directory_trains(fresh, tmp_path, record_
     (tmp_path / "mymodels.py").write_text(USER_MODEL)
     # model=custom (conf/model/custom.yaml): the default model's schema (MlpConfig) refuses
     # `~model.hidden_units` ("does not support deletion").
-    overrides = ("model=custom", "model._target_=mymodels.build", "+model.width=8",
-                 "train.epochs=1")  # fmt: skip
+    overrides = (
+        "model=custom",
+        "model._target_=mymodels.build",
+        "+model.width=8",
+        "train.epochs=1",
+    )
     train(fresh, tmp_path, "user model run", record_property, *overrides)
     records = [json.loads(p.read_text()) for p in tmp_path.glob("built-*.json")]
     assert sorted(r["rank"] for r in records) == ["0", "1"], records

@@ -22,8 +22,9 @@ from tntrun.planning.plan import (
 from tntrun.planning.schedules import ScheduleParams, learning_rate
 
 DIGITS = DatasetInfo(num_train=1438, num_val=359, input_shape=(64,), num_classes=10)
-IMAGENET = DatasetInfo(num_train=1_281_167, num_val=50_000, input_shape=(224, 224, 3),
-                       num_classes=1000)  # fmt: skip
+IMAGENET = DatasetInfo(
+    num_train=1_281_167, num_val=50_000, input_shape=(224, 224, 3), num_classes=1000
+)
 FACTS = MachineFacts(cores_per_node=2, numactl="/usr/bin/numactl")
 
 
@@ -49,22 +50,38 @@ def test_default_plan_splits_global_batch_over_two_cpu_ranks(compose_cfg):
 
 def test_two_nodes_of_four_gpus(compose_cfg):
     plan = plan_for(
-        compose_cfg, "nodes=2", "gpus=4", "hosts=[a,b]", "global_batch_size=512",
-        "optimizer=sgd", data=IMAGENET,
-    )  # fmt: skip
+        compose_cfg,
+        "nodes=2",
+        "gpus=4",
+        "hosts=[a,b]",
+        "global_batch_size=512",
+        "optimizer=sgd",
+        data=IMAGENET,
+    )
     assert plan.world_size == 8 and plan.micro_batch_size == 64
     assert plan.launch_command[1:6] == ("--gloo", "-np", "8", "-H", "a:4,b:4")
     assert plan.scaled_lr == pytest.approx(0.2)  # 0.1 at 256, linear
     assert [(p.host, p.gpu) for p in plan.placements] == [
-        ("a", 0), ("a", 1), ("a", 2), ("a", 3), ("b", 0), ("b", 1), ("b", 2), ("b", 3)
-    ]  # fmt: skip
+        ("a", 0),
+        ("a", 1),
+        ("a", 2),
+        ("a", 3),
+        ("b", 0),
+        ("b", 1),
+        ("b", 2),
+        ("b", 3),
+    ]
     assert "CUDA_VISIBLE_DEVICES" not in dict(plan.launch_env)
 
 
 def test_threads_default_to_cores_over_ranks(compose_cfg):
     facts = MachineFacts(cores_per_node=16)
-    assert plan_for(compose_cfg, "ranks_per_node=4", "global_batch_size=64", facts=facts)\
-        .threads_per_rank == 4  # fmt: skip
+    assert (
+        plan_for(
+            compose_cfg, "ranks_per_node=4", "global_batch_size=64", facts=facts
+        ).threads_per_rank
+        == 4
+    )
     assert plan_for(compose_cfg, "threads_per_rank=3").threads_per_rank == 3
 
 
@@ -98,9 +115,13 @@ def test_learning_rate_scaling(scaling, expected):
 def test_goyal_schedule_matches_its_formula_at_every_step(compose_cfg):
     # 1438 samples / 64 = 22 steps per epoch; 10 epochs; warmup 2; decays at 4, 6, 8.
     plan = plan_for(
-        compose_cfg, "schedule=warmup_piecewise", "train.epochs=10", "optimizer=sgd",
-        "schedule.warmup_epochs=2", "schedule.boundaries_epochs=[4,6,8]",
-    )  # fmt: skip
+        compose_cfg,
+        "schedule=warmup_piecewise",
+        "train.epochs=10",
+        "optimizer=sgd",
+        "schedule.warmup_epochs=2",
+        "schedule.boundaries_epochs=[4,6,8]",
+    )
     s = plan.schedule
     peak = 0.1 * 64 / 256
     assert s.warmup_steps == 44 and s.boundaries == (88, 132, 176) and s.total_steps == 220
@@ -114,8 +135,9 @@ def test_goyal_schedule_matches_its_formula_at_every_step(compose_cfg):
 
 
 def test_inverse_sqrt_matches_vaswani():
-    s = ScheduleParams(name="inverse_sqrt", peak_lr=1.0, total_steps=12000, warmup_steps=4000,
-                       d_model=1024)  # fmt: skip
+    s = ScheduleParams(
+        name="inverse_sqrt", peak_lr=1.0, total_steps=12000, warmup_steps=4000, d_model=1024
+    )
     steps = np.arange(s.total_steps)
     got = learning_rate(steps, s)
     for step in (0, 1, 3999, 4000, 4001, 11999):
@@ -125,8 +147,12 @@ def test_inverse_sqrt_matches_vaswani():
 
 
 def test_cosine_ends_at_the_final_fraction(compose_cfg):
-    plan = plan_for(compose_cfg, "schedule=warmup_cosine", "schedule.warmup_epochs=1",
-                    "schedule.final_lr_fraction=0.1")  # fmt: skip
+    plan = plan_for(
+        compose_cfg,
+        "schedule=warmup_cosine",
+        "schedule.warmup_epochs=1",
+        "schedule.final_lr_fraction=0.1",
+    )
     s = plan.schedule
     assert learning_rate(s.warmup_steps, s) == pytest.approx(plan.scaled_lr)
     assert learning_rate(s.total_steps, s) == pytest.approx(0.1 * plan.scaled_lr)
@@ -134,8 +160,13 @@ def test_cosine_ends_at_the_final_fraction(compose_cfg):
 
 def test_epoch_values_follow_the_real_steps_per_epoch(compose_cfg):
     for batch in (32, 128):
-        plan = plan_for(compose_cfg, "schedule=warmup_piecewise", "train.epochs=90",
-                        f"global_batch_size={batch}", "optimizer=sgd")  # fmt: skip
+        plan = plan_for(
+            compose_cfg,
+            "schedule=warmup_piecewise",
+            "train.epochs=90",
+            f"global_batch_size={batch}",
+            "optimizer=sgd",
+        )
         per_epoch = 1438 // batch
         assert plan.schedule.warmup_steps == 5 * per_epoch
         assert plan.schedule.boundaries == (30 * per_epoch, 60 * per_epoch, 80 * per_epoch)
@@ -143,9 +174,13 @@ def test_epoch_values_follow_the_real_steps_per_epoch(compose_cfg):
 
 def test_horovod_knobs_map_to_flags_and_environment(compose_cfg):
     plan = plan_for(
-        compose_cfg, "horovod.fusion_threshold_kb=32", "horovod.cycle_time_ms=2.5",
-        "horovod.autotune=true", "horovod.timeline=true", "horovod.hierarchical_allreduce=true",
-    )  # fmt: skip
+        compose_cfg,
+        "horovod.fusion_threshold_kb=32",
+        "horovod.cycle_time_ms=2.5",
+        "horovod.autotune=true",
+        "horovod.timeline=true",
+        "horovod.hierarchical_allreduce=true",
+    )
     env, cmd = dict(plan.launch_env), plan.launch_command
     assert plan.fusion_threshold_bytes == 32768 and env["HOROVOD_FUSION_THRESHOLD"] == "32768"
     assert env["HOROVOD_CYCLE_TIME"] == "2.5"
@@ -157,9 +192,13 @@ def test_horovod_knobs_map_to_flags_and_environment(compose_cfg):
 
 def test_srun_ranks_get_every_knob_as_a_horovod_variable(compose_cfg):
     slurm = MachineFacts(cores_per_node=2, env={"SLURM_JOB_NODELIST": "node[1-2]"})
-    knobs = ("horovod.autotune=true", "horovod.timeline=true",
-             "horovod.hierarchical_allreduce=true", "horovod.network_interface=ib0 1",
-             "horovod.cycle_time_ms=2")  # fmt: skip
+    knobs = (
+        "horovod.autotune=true",
+        "horovod.timeline=true",
+        "horovod.hierarchical_allreduce=true",
+        "horovod.network_interface=ib0 1",
+        "horovod.cycle_time_ms=2",
+    )
     plan = plan_for(compose_cfg, "launcher=srun", "nodes=2", *knobs, facts=slurm)
     env, cmd = dict(plan.launch_env), plan.launch_command
     assert cmd[0] == "srun" and plan.launcher == "srun"
@@ -204,8 +243,13 @@ def test_a_host_list_sets_the_nodes_unless_they_are_given(compose_cfg, tmp_path)
 
 
 def test_plan_round_trips_through_json(compose_cfg):
-    plan = plan_for(compose_cfg, "schedule=warmup_piecewise", "schedule.boundaries_epochs=[10]",
-                    "pin_to_socket=true", "horovod.autotune=true")  # fmt: skip
+    plan = plan_for(
+        compose_cfg,
+        "schedule=warmup_piecewise",
+        "schedule.boundaries_epochs=[10]",
+        "pin_to_socket=true",
+        "horovod.autotune=true",
+    )
     assert Plan.from_json(plan.to_json()) == plan
 
 

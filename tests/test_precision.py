@@ -74,11 +74,15 @@ def test_every_zoo_model_outputs_float32_logits(precision):
     builders = {
         "mlp": (lambda: build_mlp((64,), 10), [tf.zeros((2, 64))]),
         "cnn": (lambda: build_cnn((64,), 10), [tf.zeros((2, 64))]),
-        "resnet18": (lambda: build_resnet((8, 8, 3), 10, depth=18, stem="small"),
-                     [tf.zeros((2, 8, 8, 3))]),
-        "transformer": (lambda: build_transformer((6,), 20, param_set="tiny"),
-                        [tf.ones((2, 6), tf.int32), tf.ones((2, 6), tf.int32)]),
-    }  # fmt: skip
+        "resnet18": (
+            lambda: build_resnet((8, 8, 3), 10, depth=18, stem="small"),
+            [tf.zeros((2, 8, 8, 3))],
+        ),
+        "transformer": (
+            lambda: build_transformer((6,), 20, param_set="tiny"),
+            [tf.ones((2, 6), tf.int32), tf.ones((2, 6), tf.int32)],
+        ),
+    }
     with mixed.policy(precision):
         for name, (build, inputs) in builders.items():
             built = build()
@@ -144,8 +148,10 @@ def test_loss_scaling_with_xla_on_two_ranks():
     out = result.stdout
     assert result.returncode == 0, out[-3000:] + result.stderr[-3000:]
     for rank in (0, 1):
-        for check in ("the XLA step equals the standard step",
-                      "the non-finite guard averages the unscaled loss"):  # fmt: skip
+        for check in (
+            "the XLA step equals the standard step",
+            "the non-finite guard averages the unscaled loss",
+        ):
             assert f"rank {rank}: {check} ok" in out
 
 
@@ -155,8 +161,9 @@ def train_cnn(work: Path, *overrides: str) -> tuple[dict[str, float], list[float
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     run_dir = run_dir_of(result)
     metrics = run_dir / run_files.METRICS
-    losses = [value for key, value, _, _ in parse_lines(metrics.read_text().splitlines())
-              if key == "loss"]  # fmt: skip
+    losses = [
+        value for key, value, _, _ in parse_lines(metrics.read_text().splitlines()) if key == "loss"
+    ]
     return last_values(metrics), losses, run_dir
 
 
@@ -195,10 +202,13 @@ def float32_cnn(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "overrides",
-    [("train.precision=mixed_bfloat16",), ("train.jit_compile=true",),
-     ("train.precision=mixed_float16",)],
+    [
+        ("train.precision=mixed_bfloat16",),
+        ("train.jit_compile=true",),
+        ("train.precision=mixed_float16",),
+    ],
     ids=["mixed_bfloat16", "jit_compile", "mixed_float16"],
-)  # fmt: skip
+)
 def test_cnn_reaches_the_float32_accuracy(float32_cnn, tmp_path, overrides):
     reference, _, reference_dir = float32_cnn
     assert reference["val_accuracy"] > 0.85
@@ -209,11 +219,15 @@ def test_cnn_reaches_the_float32_accuracy(float32_cnn, tmp_path, overrides):
     assert len(losses) == 3 and all(math.isfinite(v) for v in losses)
     assert losses[-1] < losses[0]
     assert abs(final["val_accuracy"] - reference["val_accuracy"]) <= ACCURACY_TOLERANCE, (
-        final["val_accuracy"], reference["val_accuracy"])  # fmt: skip
+        final["val_accuracy"],
+        reference["val_accuracy"],
+    )
     assert final["mfu"] > 0 and final["weights_rank_spread"] == 0
     ranks_log = (run_dir / "ranks.log").read_text()
-    compute = {"train.precision=mixed_bfloat16": "bfloat16",
-               "train.precision=mixed_float16": "float16"}.get(overrides[0], "float32")  # fmt: skip
+    compute = {
+        "train.precision=mixed_bfloat16": "bfloat16",
+        "train.precision=mixed_float16": "float16",
+    }.get(overrides[0], "float32")
     assert f"measured matmul peak ({compute})" in ranks_log
     if overrides[0] == "train.jit_compile=true":
         assert "Compiled cluster using XLA" in ranks_log

@@ -17,8 +17,12 @@ pytestmark = pytest.mark.slow
 
 
 def test_a_profiled_run_predicts_1_to_1024_ranks(run_tntrun, tmp_path):
-    result = run_tntrun("predict_scaling=true", "train.epochs=2", "checkpoint.every_epochs=0",
-                        "tracking.system_metrics=false")  # fmt: skip
+    result = run_tntrun(
+        "predict_scaling=true",
+        "train.epochs=2",
+        "checkpoint.every_epochs=0",
+        "tracking.system_metrics=false",
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     assert "Scaling prediction (ring allreduce, alpha-beta model)" in result.stdout
 

@@ -54,26 +54,29 @@ def point(epoch: int, batch: int, step: int, allow: bool = False) -> ResumePoint
 
 
 def test_a_resumed_run_continues_at_the_checkpoints_batch():
-    at = resume_position(point(1, 9, 31), world=2, global_batch=64, updates_per_epoch=22,
-                         epochs=4)  # fmt: skip
+    at = resume_position(point(1, 9, 31), world=2, global_batch=64, updates_per_epoch=22, epochs=4)
     assert at == (1, 31, 9)
 
 
 def test_a_new_layout_continues_at_the_start_of_the_checkpoints_epoch():
-    at = resume_position(point(1, 9, 31, allow=True), world=1, global_batch=32,
-                         updates_per_epoch=44, epochs=4)  # fmt: skip
+    at = resume_position(
+        point(1, 9, 31, allow=True), world=1, global_batch=32, updates_per_epoch=44, epochs=4
+    )
     assert at == (1, 44, 0)
     with pytest.raises(PlanError, match="resume_allow_layout_change=true"):
-        resume_position(point(1, 9, 31), world=1, global_batch=32, updates_per_epoch=44,
-                        epochs=4)  # fmt: skip
+        resume_position(point(1, 9, 31), world=1, global_batch=32, updates_per_epoch=44, epochs=4)
 
 
 def test_resume_auto_picks_the_newest_unfinished_run_with_a_checkpoint(tmp_path):
     empty, older = tmp_path / "empty", tmp_path / "older"
     empty.mkdir()
     write(older, 1)
-    candidates = [("gone", str(tmp_path / "gone")), ("empty", str(empty)), ("none", None),
-                  ("older", str(older))]  # fmt: skip
+    candidates = [
+        ("gone", str(tmp_path / "gone")),
+        ("empty", str(empty)),
+        ("none", None),
+        ("older", str(older)),
+    ]
     assert first_resumable(candidates) == "older"
     assert first_resumable(candidates[:3]) is None
 
@@ -86,16 +89,19 @@ def test_signal_names_in_the_config():
     ok = {"optimizer": {"base_lr": 0.1}, "train": {"preempt_signals": ["TERM", "SIGUSR2"]}}
     assert value_problems(ok) == []
     for bad in (["SIGNOPE"], ["SIGKILL"], ["SIGINT"]):
-        problems = value_problems({"optimizer": {"base_lr": 0.1},
-                                   "train": {"preempt_signals": bad}})  # fmt: skip
-        assert problems == [f"train.preempt_signals={bad}: name signals, e.g. "
-                            "[SIGTERM,SIGUSR1], or []"]  # fmt: skip
+        problems = value_problems(
+            {"optimizer": {"base_lr": 0.1}, "train": {"preempt_signals": bad}}
+        )
+        assert problems == [
+            f"train.preempt_signals={bad}: name signals, e.g. [SIGTERM,SIGUSR1], or []"
+        ]
 
 
 def test_the_first_stop_signal_asks_the_ranks_the_second_interrupts(tmp_path, capsys):
     stopped = []
-    stopping = StopOnSignals(tmp_path, ["SIGUSR1"], 30.0, lambda: True,
-                             lambda: stopped.append(True))  # fmt: skip
+    stopping = StopOnSignals(
+        tmp_path, ["SIGUSR1"], 30.0, lambda: True, lambda: stopped.append(True)
+    )
     with stopping.installed():
         os.kill(os.getpid(), signal.SIGUSR1)
         assert (tmp_path / "stop.request").read_text() == "SIGUSR1"
@@ -116,8 +122,9 @@ def test_sigterm_interrupts_when_not_a_stop_signal_or_before_any_rank(tmp_path):
 
 def test_ranks_that_do_not_stop_in_time_are_stopped(tmp_path):
     stopped = []
-    stopping = StopOnSignals(tmp_path, ["SIGTERM"], 0.05, lambda: True,
-                             lambda: stopped.append(True))  # fmt: skip
+    stopping = StopOnSignals(
+        tmp_path, ["SIGTERM"], 0.05, lambda: True, lambda: stopped.append(True)
+    )
     with stopping.installed():
         os.kill(os.getpid(), signal.SIGTERM)
         for _ in range(100):
@@ -137,9 +144,18 @@ def test_a_requeued_slurm_job_is_known_by_its_restart_count():
 
 def test_the_preempted_tag_says_why_where_and_which_checkpoint(tmp_path):
     assert preemption_tags(tmp_path) == {}
-    record = {"why": "SIGTERM on the driver", "epoch": 1, "batch": 9, "step": 31,
-              "checkpoint": "epoch-0001.batch-00009", "t": 0}  # fmt: skip
+    record = {
+        "why": "SIGTERM on the driver",
+        "epoch": 1,
+        "batch": 9,
+        "step": 31,
+        "checkpoint": "epoch-0001.batch-00009",
+        "t": 0,
+    }
     (tmp_path / "preempted.json").write_text(json.dumps(record))
-    assert preemption_tags(tmp_path) == {"preempted": (
-        "SIGTERM on the driver: stopped after step 31 (epoch 2, batch 9); "
-        "checkpoint epoch-0001.batch-00009")}  # fmt: skip
+    assert preemption_tags(tmp_path) == {
+        "preempted": (
+            "SIGTERM on the driver: stopped after step 31 (epoch 2, batch 9); "
+            "checkpoint epoch-0001.batch-00009"
+        )
+    }

@@ -30,8 +30,12 @@ def test_resnet50_imagenet_plans_the_seeds_numbers(compose_cfg):
 
 
 def test_a_one_epoch_smoke_run_keeps_the_recipes_schedule(compose_cfg):
-    overrides = ("experiment=resnet50_imagenet", "dataset.data_dir=/data", "train.epochs=1",
-                 *SEED_LAYOUT)  # fmt: skip
+    overrides = (
+        "experiment=resnet50_imagenet",
+        "dataset.data_dir=/data",
+        "train.epochs=1",
+        *SEED_LAYOUT,
+    )
     cfg = plain_config(compose_cfg(*overrides), list(overrides), {})
     plan = build_plan(cfg, IMAGENET, MachineFacts(cores_per_node=32), Path("/runs/x"))
     steps = 1_281_167 // 512
@@ -44,8 +48,14 @@ def test_a_one_epoch_smoke_run_keeps_the_recipes_schedule(compose_cfg):
 def test_resnet50_dry_run_shows_the_seeds_numbers(tmp_path):
     # The command on generated records (1024 training images: 2 steps of 512).
     data = write_tiny_imagenet(tmp_path / "imagenet", train_per_file=512)
-    result = tntrun_cli(tmp_path, "experiment=resnet50_imagenet", f"dataset.data_dir={data}",
-                        "train.epochs=1", "dry_run=true", *SEED_LAYOUT)  # fmt: skip
+    result = tntrun_cli(
+        tmp_path,
+        "experiment=resnet50_imagenet",
+        f"dataset.data_dir={data}",
+        "train.epochs=1",
+        "dry_run=true",
+        *SEED_LAYOUT,
+    )
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "world size                        8 = 2 node(s) x 4 ranks" in out
@@ -91,13 +101,18 @@ def write_tiny_imagenet(root: Path, train_per_file: int = 16) -> Path:
                     0, 20, (40, 48, 3), dtype=np.uint8
                 )
                 feature = {
-                    "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(
-                        value=[tf.io.encode_jpeg(image).numpy()])),
+                    "image/encoded": tf.train.Feature(
+                        bytes_list=tf.train.BytesList(value=[tf.io.encode_jpeg(image).numpy()])
+                    ),
                     "image/class/label": tf.train.Feature(
-                        int64_list=tf.train.Int64List(value=[label + 1])),
-                }  # fmt: skip
-                writer.write(tf.train.Example(features=tf.train.Features(feature=feature))
-                             .SerializeToString())  # fmt: skip
+                        int64_list=tf.train.Int64List(value=[label + 1])
+                    ),
+                }
+                writer.write(
+                    tf.train.Example(
+                        features=tf.train.Features(feature=feature)
+                    ).SerializeToString()
+                )
 
     root.mkdir(parents=True, exist_ok=True)
     write(root / "train-00000-of-00002", train_per_file)
@@ -110,10 +125,14 @@ def write_tiny_imagenet(root: Path, train_per_file: int = 16) -> Path:
 def test_resnet50_imagenet_recipe_runs_end_to_end_on_tiny_records(tmp_path):
     data = write_tiny_imagenet(tmp_path / "imagenet")
     result = tntrun_cli(
-        tmp_path, "experiment=resnet50_imagenet", f"dataset.data_dir={data}",
-        "dataset.image_size=32", "global_batch_size=8", "train.epochs=1",
+        tmp_path,
+        "experiment=resnet50_imagenet",
+        f"dataset.data_dir={data}",
+        "dataset.image_size=32",
+        "global_batch_size=8",
+        "train.epochs=1",
         "tracking.system_metrics=false",
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stdout[-4000:]
     run = MlflowClient(store_uri(tmp_path)).get_run(
         (run_dir_of(result) / "mlflow_run_id").read_text()
@@ -128,8 +147,13 @@ def test_resnet50_imagenet_recipe_runs_end_to_end_on_tiny_records(tmp_path):
 def test_transformer_numbers_learns_to_translate(tmp_path):
     # The full recipe (4 epochs) reaches BLEU 100 in about 2 minutes; one epoch (156 steps)
     # with a 100-step warmup reaches 99.6 here. Greedy decoding of 1000 held-out numbers.
-    result = tntrun_cli(tmp_path, "experiment=transformer_numbers", "train.epochs=1",
-                        "schedule.warmup_steps=100", "tracking.system_metrics=false")  # fmt: skip
+    result = tntrun_cli(
+        tmp_path,
+        "experiment=transformer_numbers",
+        "train.epochs=1",
+        "schedule.warmup_steps=100",
+        "tracking.system_metrics=false",
+    )
     assert result.returncode == 0, result.stdout[-4000:]
     run_dir = run_dir_of(result)
     run = MlflowClient(store_uri(tmp_path)).get_run((run_dir / "mlflow_run_id").read_text())

@@ -40,10 +40,16 @@ def test_the_dataset_record_names_sizes_and_digests_the_resolved_config(compose_
     record = dataset_record({"dataset": "digits"}, cfg, DIGITS)
     assert record.name == "digits" and record.context == "train"
     assert (record.source_type, dict(record.source)) == (
-        "code", {"tags": {"target": "tntrun.datasets.digits.DigitsDataset"}}
-    )  # fmt: skip
-    assert record.profile == {"num_train": 1438, "num_val": 359, "input_shape": [64],
-                              "num_classes": 10, "task": "classification"}  # fmt: skip
+        "code",
+        {"tags": {"target": "tntrun.datasets.digits.DigitsDataset"}},
+    )
+    assert record.profile == {
+        "num_train": 1438,
+        "num_val": 359,
+        "input_shape": [64],
+        "num_classes": 10,
+        "task": "classification",
+    }
     assert len(record.digest) == 8
     assert dataset_record({"dataset": "digits"}, dict(cfg), DIGITS).digest == record.digest
     # engine keys do not change the data; its values and sizes do
@@ -56,21 +62,26 @@ def test_the_dataset_record_names_sizes_and_digests_the_resolved_config(compose_
 def test_the_dataset_source_is_its_path_or_uri(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert dataset_source({"path": "data/set.npz"}) == (
-        "local", {"uri": str(tmp_path / "data" / "set.npz")}
-    )  # fmt: skip
+        "local",
+        {"uri": str(tmp_path / "data" / "set.npz")},
+    )
     home = os.path.expanduser("~")
     assert dataset_source({"data_dir": "~/tensorflow_datasets", "val_dir": None}) == (
-        "local", {"uri": f"{home}/tensorflow_datasets"}
-    )  # fmt: skip
+        "local",
+        {"uri": f"{home}/tensorflow_datasets"},
+    )
     assert dataset_source({"data_dir": "s3://bucket/imagenet"}) == (
-        "s3", {"uri": "s3://bucket/imagenet"}
-    )  # fmt: skip
+        "s3",
+        {"uri": "s3://bucket/imagenet"},
+    )
     assert dataset_source({"url": "https://example.org/d.npz"}) == (
-        "http", {"url": "https://example.org/d.npz"}
-    )  # fmt: skip
+        "http",
+        {"url": "https://example.org/d.npz"},
+    )
     assert dataset_source({"_target_": "mydata.Blobs", "samples": 512}) == (
-        "code", {"tags": {"target": "mydata.Blobs"}}
-    )  # fmt: skip
+        "code",
+        {"tags": {"target": "mydata.Blobs"}},
+    )
 
 
 def test_the_dataset_becomes_an_mlflow_dataset_input():

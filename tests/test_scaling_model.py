@@ -22,17 +22,27 @@ MIB = 1 << 20
 
 
 def profile(**changes) -> ScalingProfile:
-    values = dict(compute_s=0.100, gradient_bytes=100 * MIB, gradient_tensors=161,
-                  fusion_threshold_bytes=None, backward_passes_per_step=1, link=LINK,
-                  micro_batch_size=32, profiled_world_size=2, measured_step_s=0.160)  # fmt: skip
+    values = dict(
+        compute_s=0.100,
+        gradient_bytes=100 * MIB,
+        gradient_tensors=161,
+        fusion_threshold_bytes=None,
+        backward_passes_per_step=1,
+        link=LINK,
+        micro_batch_size=32,
+        profiled_world_size=2,
+        measured_step_s=0.160,
+    )
     return ScalingProfile(**{**values, **changes})
 
 
 @pytest.mark.parametrize("world", [2, 3, 8])
 def test_fit_recovers_alpha_and_beta_from_ring_times(world):
     sizes = [4 << 10, 64 << 10, MIB, 8 * MIB, 64 * MIB]
-    times = [2 * (world - 1) * LINK.latency_s + 2 * (world - 1) / world * n * LINK.seconds_per_byte
-             for n in sizes]  # fmt: skip
+    times = [
+        2 * (world - 1) * LINK.latency_s + 2 * (world - 1) / world * n * LINK.seconds_per_byte
+        for n in sizes
+    ]
     fitted = fit_link(sizes, times, world)
     assert fitted.latency_s == pytest.approx(LINK.latency_s, rel=1e-6)
     assert fitted.bandwidth_bytes_per_s == pytest.approx(2e9, rel=1e-6)

@@ -23,9 +23,14 @@ def line_points(svg: str) -> list[tuple[float, float]]:
 
 @pytest.mark.parametrize(
     "high, expected",
-    [(1.0, [0, 0.2, 0.4, 0.6, 0.8, 1.0]), (220, [0, 50, 100, 150, 200]),
-     (0.0525, [0, 0.01, 0.02, 0.03, 0.04, 0.05]), (7, [0, 2, 4, 6]), (0, [0.0])],
-)  # fmt: skip
+    [
+        (1.0, [0, 0.2, 0.4, 0.6, 0.8, 1.0]),
+        (220, [0, 50, 100, 150, 200]),
+        (0.0525, [0, 0.01, 0.02, 0.03, 0.04, 0.05]),
+        (7, [0, 2, 4, 6]),
+        (0, [0.0]),
+    ],
+)
 def test_ticks_are_round_and_within_range(high, expected):
     assert nice_ticks(high) == pytest.approx(expected)
 
@@ -37,8 +42,14 @@ def test_long_schedules_are_sampled_keeping_both_ends():
 
 
 def test_the_line_is_the_schedule_at_every_step(compose_cfg):
-    plan = plan_for(compose_cfg, "schedule=warmup_piecewise", "train.epochs=10", "optimizer=sgd",
-                    "schedule.warmup_epochs=2", "schedule.boundaries_epochs=[4,6,8]")  # fmt: skip
+    plan = plan_for(
+        compose_cfg,
+        "schedule=warmup_piecewise",
+        "train.epochs=10",
+        "optimizer=sgd",
+        "schedule.warmup_epochs=2",
+        "schedule.boundaries_epochs=[4,6,8]",
+    )
     svg = schedule_svg(plan)
     root = ET.fromstring(svg)
     assert (root.get("width"), root.get("height")) == ("700", "350")
@@ -59,13 +70,14 @@ def test_the_line_is_the_schedule_at_every_step(compose_cfg):
 
 
 def test_a_run_stopping_early_is_marked(compose_cfg):
-    plan = plan_for(compose_cfg, "schedule=warmup_cosine", "train.epochs=10",
-                    "+schedule.epochs=20")  # fmt: skip
+    plan = plan_for(compose_cfg, "schedule=warmup_cosine", "train.epochs=10", "+schedule.epochs=20")
     assert plan.stops_early
     root = ET.fromstring(schedule_svg(plan))
     (stop,) = [e for e in root.iter(f"{SVG}line") if e.get("class") == "stop"]
-    half = schedule_chart.LEFT + (schedule_chart.WIDTH - schedule_chart.LEFT
-                                  - schedule_chart.RIGHT) / 2  # fmt: skip
+    half = (
+        schedule_chart.LEFT
+        + (schedule_chart.WIDTH - schedule_chart.LEFT - schedule_chart.RIGHT) / 2
+    )
     assert float(stop.get("x1")) == pytest.approx(half, abs=0.1)
     assert "this run stops (epoch 10)" in ET.tostring(root, encoding="unicode")
 

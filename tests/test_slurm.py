@@ -40,8 +40,11 @@ from tntrun.tracking.provenance import horovod_build
 
 
 def test_allocation_fills_the_layout_keys_not_given():
-    env = {"SLURM_JOB_NODELIST": "gpu[01-04]", "SLURM_TASKS_PER_NODE": "4(x4)",
-           "SLURM_GPUS_PER_NODE": "a100:4"}  # fmt: skip
+    env = {
+        "SLURM_JOB_NODELIST": "gpu[01-04]",
+        "SLURM_TASKS_PER_NODE": "4(x4)",
+        "SLURM_GPUS_PER_NODE": "a100:4",
+    }
     assert allocation_layout(env, set()) == {"nodes": 4, "gpus": 4, "ranks_per_node": 4}
     assert allocation_layout(env, {"nodes"}) == {"gpus": 4, "ranks_per_node": 4}
     assert allocation_layout({}, set()) == {}
@@ -65,8 +68,9 @@ def test_srun_without_an_allocation_is_refused(run_tntrun):
 
 def test_a_layout_beyond_the_allocation_is_refused_naming_the_key():
     env = {"SLURM_JOB_NODELIST": "tnt-h[1-2]", "SLURM_JOB_CPUS_PER_NODE": "1(x2)"}
-    spec = LaunchSpec(hosts=(("tnt-h1", 2), ("tnt-h2", 2)), world_size=4, knobs=(),
-                      worker=("python",), env=env)  # fmt: skip
+    spec = LaunchSpec(
+        hosts=(("tnt-h1", 2), ("tnt-h2", 2)), world_size=4, knobs=(), worker=("python",), env=env
+    )
     (problem,) = SrunLauncher().problems(spec)
     assert problem.startswith("ranks_per_node=2: the Slurm allocation has 1 CPU(s) on a node")
     assert problem.endswith("set ranks_per_node=1 or allocate --ntasks-per-node=2")
@@ -77,22 +81,39 @@ def test_a_layout_beyond_the_allocation_is_refused_naming_the_key():
 
 def test_every_horovod_knob_reaches_srun_ranks_or_is_refused(tmp_path):
     env = {"SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_CPUS_PER_NODE": "2(x2)"}
-    hvd = {"fusion_threshold_kb": 8192, "cycle_time_ms": 2.5, "autotune": True, "timeline": True,
-           "hierarchical_allreduce": True, "network_interface": "ib0"}  # fmt: skip
-    spec = LaunchSpec(hosts=(("n1", 2), ("n2", 2)), world_size=4,
-                      knobs=horovod_knobs(hvd, tmp_path), worker=("python",), env=env)  # fmt: skip
+    hvd = {
+        "fusion_threshold_kb": 8192,
+        "cycle_time_ms": 2.5,
+        "autotune": True,
+        "timeline": True,
+        "hierarchical_allreduce": True,
+        "network_interface": "ib0",
+    }
+    spec = LaunchSpec(
+        hosts=(("n1", 2), ("n2", 2)),
+        world_size=4,
+        knobs=horovod_knobs(hvd, tmp_path),
+        worker=("python",),
+        env=env,
+    )
     assert SrunLauncher().problems(spec) == []
     _, ranks_env = SrunLauncher().command(spec)
     for knob in spec.knobs:
         for name, value in knob.env:
             assert ranks_env[name] == value, knob
-    assert {"HOROVOD_AUTOTUNE", "HOROVOD_TIMELINE", "HOROVOD_HIERARCHICAL_ALLREDUCE",
-            "HOROVOD_FUSION_THRESHOLD", "HOROVOD_CYCLE_TIME", "HOROVOD_GLOO_IFACE"} <= set(
-        ranks_env)  # fmt: skip
+    assert {
+        "HOROVOD_AUTOTUNE",
+        "HOROVOD_TIMELINE",
+        "HOROVOD_HIERARCHICAL_ALLREDUCE",
+        "HOROVOD_FUSION_THRESHOLD",
+        "HOROVOD_CYCLE_TIME",
+        "HOROVOD_GLOO_IFACE",
+    } <= set(ranks_env)
     ssh = replace(spec, knobs=horovod_knobs({"ssh_port": 2222}, tmp_path))
     assert SrunLauncher().problems(ssh) == [
         "horovod.ssh_port=2222 has no effect with launcher=srun (srun starts the ranks, nothing "
-        "connects over ssh): remove it"]  # fmt: skip
+        "connects over ssh): remove it"
+    ]
 
 
 # Real jobs on scripts/slurm_cluster.sh's cluster: 2 nodes (the netns hosts), 2 CPUs each.
@@ -104,8 +125,10 @@ def salloc_tntrun(slurm, workdir: Path, *args: str) -> subprocess.CompletedProce
 
 
 def ran_on_both_nodes(result: subprocess.CompletedProcess) -> bool:
-    return ("rank 0/2: local rank 0, host tnt-h1" in result.stdout
-            and "rank 1/2: local rank 0, host tnt-h2" in result.stdout)  # fmt: skip
+    return (
+        "rank 0/2: local rank 0, host tnt-h1" in result.stdout
+        and "rank 1/2: local rank 0, host tnt-h2" in result.stdout
+    )
 
 
 # Found beside the ranks of an srun run while they run; the ranks are slurmstepd's children.
@@ -177,8 +200,9 @@ def assert_horovod_ran_with_the_knobs(run_dir: Path) -> None:
 
 
 @pytest.mark.slow
-def test_srun_on_two_slurm_nodes_trains_like_two_local_ranks(slurm, two_local_ranks_weights,
-                                                              tmp_path):  # fmt: skip
+def test_srun_on_two_slurm_nodes_trains_like_two_local_ranks(
+    slurm, two_local_ranks_weights, tmp_path
+):
     """With Horovod's knobs set: the srun ranks run with them (Horovod's own record) and
     train like two local ranks without them (none changes the arithmetic); no process of the
     run is left."""
@@ -239,8 +263,7 @@ def test_srun_on_two_slurm_nodes_trains_like_two_local_ranks(slurm, two_local_ra
 
 
 @pytest.mark.slow
-def test_horovodrun_takes_its_hosts_from_the_allocation(slurm, two_local_ranks_weights,
-                                                        tmp_path):  # fmt: skip
+def test_horovodrun_takes_its_hosts_from_the_allocation(slurm, two_local_ranks_weights, tmp_path):
     result = salloc_tntrun(slurm, tmp_path, *slurm.hosts.ssh_overrides(), *DETERMINISTIC)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert ran_on_both_nodes(result), result.stdout[-3000:]
@@ -258,9 +281,15 @@ def readme_sbatch_script() -> str:
 def sbatch(slurm, workdir: Path, *args: str) -> str:
     """Submit the README's batch script with tntrun overrides; the job id."""
     (workdir / "train.sbatch").write_text(readme_sbatch_script())
-    submitted = slurm.run("sbatch", "--parsable", "train.sbatch", *args,
-                          f"output_root={workdir / 'outputs'}", "horovod.network_interface=tnt0",
-                          cwd=workdir)  # fmt: skip
+    submitted = slurm.run(
+        "sbatch",
+        "--parsable",
+        "train.sbatch",
+        *args,
+        f"output_root={workdir / 'outputs'}",
+        "horovod.network_interface=tnt0",
+        cwd=workdir,
+    )
     assert submitted.returncode == 0, submitted.stderr
     return submitted.stdout.strip().split(";")[0]
 
@@ -307,8 +336,11 @@ def test_scancel_ends_the_run_killed_with_no_process_left(slurm, tmp_path):
         wait_for(lambda: job_gone(slurm, job), 60, f"job {job} to end")
         raise
     hold.release()
-    wait_for(lambda: out.exists() and "checkpoint saved: epoch 1" in out.read_text(), 180,
-             "the first checkpoint")  # fmt: skip
+    wait_for(
+        lambda: out.exists() and "checkpoint saved: epoch 1" in out.read_text(),
+        180,
+        "the first checkpoint",
+    )
     cancelled = time.monotonic()
     assert slurm.run("scancel", job, cwd=tmp_path).returncode == 0
     wait_for(lambda: job_gone(slurm, job), 60, f"job {job} to end")
@@ -325,11 +357,20 @@ def test_scancel_ends_the_run_killed_with_no_process_left(slurm, tmp_path):
 def test_the_submitit_preset_runs_a_two_job_sweep_on_the_cluster(slurm, tmp_path):
     """The issue's command: one task per node for the driver, 2 ranks per node by srun."""
     result = slurm.run(
-        *tntrun_command(tmp_path, "-m", "hydra/launcher=tntrun_slurm", "launcher=srun",
-                        "ranks_per_node=2", "train.epochs=1", "seed=1,2",
-                        "horovod.network_interface=tnt0", "tracking.system_metrics=false"),
-        cwd=tmp_path, timeout=400,
-    )  # fmt: skip
+        *tntrun_command(
+            tmp_path,
+            "-m",
+            "hydra/launcher=tntrun_slurm",
+            "launcher=srun",
+            "ranks_per_node=2",
+            "train.epochs=1",
+            "seed=1,2",
+            "horovod.network_interface=tnt0",
+            "tracking.system_metrics=false",
+        ),
+        cwd=tmp_path,
+        timeout=400,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "2/2 jobs finished" in result.stdout
     client = MlflowClient(store_uri(tmp_path))
@@ -344,9 +385,11 @@ def test_the_submitit_preset_runs_a_two_job_sweep_on_the_cluster(slurm, tmp_path
 def test_submitit_preset_sizes_the_job_from_the_layout():
     require_module("hydra_plugins.hydra_submitit_launcher")
     with initialize_config_module(config_module="tntrun.conf", version_base="1.3"):
-        cfg = compose(config_name="config", return_hydra_config=True,
-                      overrides=["hydra/launcher=tntrun_slurm", "nodes=2", "gpus=4",
-                                 "launcher=srun"])  # fmt: skip
+        cfg = compose(
+            config_name="config",
+            return_hydra_config=True,
+            overrides=["hydra/launcher=tntrun_slurm", "nodes=2", "gpus=4", "launcher=srun"],
+        )
     launcher = cfg.hydra.launcher
     assert launcher._target_.endswith("SlurmLauncher")
     assert (launcher.nodes, launcher.gpus_per_node, launcher.tasks_per_node) == (2, 4, 1)
@@ -366,9 +409,16 @@ def test_a_preempted_and_a_timed_out_job_are_requeued_and_continue_the_same_run(
     and the final weights are those of an uninterrupted run."""
     (tmp_path / "pace.py").write_text(PACE)
     until = tmp_path / "full-speed"
-    job = sbatch(slurm, tmp_path, *DETERMINISTIC, "checkpoint.min_interval_s=0",
-                 "+callbacks.pace._target_=pace.Pace", "+callbacks.pace.ranks=master_only",
-                 "+callbacks.pace.step_s=0.3", f"+callbacks.pace.until={until}")  # fmt: skip
+    job = sbatch(
+        slurm,
+        tmp_path,
+        *DETERMINISTIC,
+        "checkpoint.min_interval_s=0",
+        "+callbacks.pace._target_=pace.Pace",
+        "+callbacks.pace.ranks=master_only",
+        "+callbacks.pace.step_s=0.3",
+        f"+callbacks.pace.until={until}",
+    )
     out = tmp_path / f"tntrun-{job}.out"
 
     def printed(text: str, times: int = 1) -> bool:

@@ -16,8 +16,9 @@ pytestmark = pytest.mark.slow
 
 
 def test_sweep_makes_a_parent_run_with_children_and_a_scaling_report(tmp_path):
-    result = tntrun_cli(tmp_path, "-m", "ranks_per_node=1,2", "train.epochs=2",
-                        "tracking.system_metrics=false")  # fmt: skip
+    result = tntrun_cli(
+        tmp_path, "-m", "ranks_per_node=1,2", "train.epochs=2", "tracking.system_metrics=false"
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     client = MlflowClient(store_uri(tmp_path))
     experiment = client.get_experiment_by_name("tntrun")
@@ -35,17 +36,26 @@ def test_sweep_makes_a_parent_run_with_children_and_a_scaling_report(tmp_path):
     assert [r["world_size"] for r in rows] == ["1", "2"]
     assert float(rows[0]["scaling_efficiency"]) == pytest.approx(1.0)
     assert 0.0 < float(rows[1]["scaling_efficiency"]) < 1.5
-    for plot in ("steady_samples_per_s.png", "steady_step_time_ms.png",
-                 "scaling_efficiency.png"):  # fmt: skip
+    for plot in ("steady_samples_per_s.png", "steady_step_time_ms.png", "scaling_efficiency.png"):
         assert (report_dir / plot).read_bytes()[:4] == b"\x89PNG"
     logged = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
     assert {"report/report.csv", "report/report.md", "report/scaling_efficiency.png"} <= logged
 
     again = subprocess.run(
-        [str(BIN / "tntrun"), "report", str(report_dir.parent), "--tracking-uri",
-         store_uri(tmp_path), "--out", str(tmp_path / "again")],
-        capture_output=True, text=True, env=clean_env(), cwd=tmp_path,
-    )  # fmt: skip
+        [
+            str(BIN / "tntrun"),
+            "report",
+            str(report_dir.parent),
+            "--tracking-uri",
+            store_uri(tmp_path),
+            "--out",
+            str(tmp_path / "again"),
+        ],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        cwd=tmp_path,
+    )
     assert again.returncode == 0, again.stderr
     assert "| world_size |" in again.stdout and "scaling_efficiency" in again.stdout
     assert (tmp_path / "again" / "report.md").exists()
@@ -67,7 +77,7 @@ def test_four_concurrent_drivers_share_one_store(tmp_path):
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-        )  # fmt: skip
+        )
         for seed in range(4)
     ]
     outputs = [driver.communicate(timeout=600)[0] for driver in drivers]
@@ -94,10 +104,16 @@ def sweep_runs(tmp_path):
 def test_optuna_sweeper_optimises_the_returned_objective(tmp_path):
     require_module("hydra_plugins.hydra_optuna_sweeper")
     result = tntrun_cli(
-        tmp_path, "-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=2",
-        "hydra.sweeper.direction=maximize", "optimizer.base_lr=interval(0.001,0.01)",
-        "train.epochs=1", "tracking.system_metrics=false", "checkpoint.every_epochs=0",
-    )  # fmt: skip
+        tmp_path,
+        "-m",
+        "hydra/sweeper=optuna",
+        "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.direction=maximize",
+        "optimizer.base_lr=interval(0.001,0.01)",
+        "train.epochs=1",
+        "tracking.system_metrics=false",
+        "checkpoint.every_epochs=0",
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     (results,) = (tmp_path / "outputs" / "multirun").glob("*/*/optimization_results.yaml")
     best = yaml.safe_load(results.read_text())["best_value"]
@@ -112,10 +128,15 @@ def test_parallel_submitit_local_launcher_nests_its_jobs_and_a_failed_one_fails_
     """Submitit's jobs run in other processes: the sweep's exit code comes from the store."""
     require_module("hydra_plugins.hydra_submitit_launcher")
     result = tntrun_cli(
-        tmp_path, "-m", "hydra/launcher=submitit_local", "model.hidden_units=[16],[-5]",
-        "ranks_per_node=1", "train.epochs=1", "tracking.system_metrics=false",
+        tmp_path,
+        "-m",
+        "hydra/launcher=submitit_local",
+        "model.hidden_units=[16],[-5]",
+        "ranks_per_node=1",
+        "train.epochs=1",
+        "tracking.system_metrics=false",
         "checkpoint.every_epochs=0",
-    )  # fmt: skip
+    )
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     assert "tntrun: 1 sweep job(s) did not finish" in result.stderr
     parent, children = sweep_runs(tmp_path)

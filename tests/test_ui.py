@@ -75,9 +75,13 @@ def test_the_runs_table_shows_name_dataset_and_a_metric_chart(tmp_path):
     url = f"http://127.0.0.1:{port}"
     server = subprocess.Popen(
         [str(BIN / "tntrun"), "ui", "--tracking-uri", store_uri(tmp_path), "--port", str(port)],
-        env=clean_env(), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env=clean_env(),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         start_new_session=True,
-    )  # fmt: skip
+    )
     try:
         wait_healthy(url, server)
         lap("server")
@@ -85,10 +89,17 @@ def test_the_runs_table_shows_name_dataset_and_a_metric_chart(tmp_path):
         with sync_api.sync_playwright() as playwright:
             browser = playwright.chromium.launch(
                 executable_path=CHROMIUM,
-                args=["--no-sandbox", "--headless", "--disable-gpu",
-                      "--disable-background-networking", "--disable-component-update",
-                      "--no-first-run", "--disable-sync", "--disable-quic"],
-            )  # fmt: skip
+                args=[
+                    "--no-sandbox",
+                    "--headless",
+                    "--disable-gpu",
+                    "--disable-background-networking",
+                    "--disable-component-update",
+                    "--no-first-run",
+                    "--disable-sync",
+                    "--disable-quic",
+                ],
+            )
             page = browser.new_page(viewport={"width": 1600, "height": 900})
             expect = sync_api.expect
 

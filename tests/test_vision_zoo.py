@@ -140,8 +140,9 @@ def test_resnet_rejects_unknown_options():
 
 
 def test_synthetic_images_are_deterministic_and_sharded_by_index():
-    data = SyntheticImages(image_size=8, channels=3, num_classes=5, num_train=20, num_val=7,
-                           seed=3, pool_size=4)  # fmt: skip
+    data = SyntheticImages(
+        image_size=8, channels=3, num_classes=5, num_train=20, num_val=7, seed=3, pool_size=4
+    )
     assert data.info() == DatasetInfo(20, 7, (8, 8, 3), 5)
     labels, pool = data.labels(), data.images()
     same_seed = SyntheticImages(num_classes=5, num_train=20, num_val=7, seed=3)
@@ -157,8 +158,7 @@ def test_synthetic_images_are_deterministic_and_sharded_by_index():
 
     seen = []
     for rank in (0, 1):
-        train, val = data.load_for_rank(rank=rank, size=2, micro_batch=3, val_micro_batch=2,
-                                        seed=0)  # fmt: skip
+        train, val = data.load_for_rank(rank=rank, size=2, micro_batch=3, val_micro_batch=2, seed=0)
         assert [tuple(x.shape) for x, _ in train] == [(3, 8, 8, 3)] * 3  # 10 samples, drop 1
         mine = {(j % 4, labels[j]) for j in range(rank, 20, 2)}  # (pool image, label)
         for x, y in train.unbatch():
@@ -195,8 +195,9 @@ def image_root(tmp_path_factory) -> Path:
     for c, name in enumerate(["cat", "dog", "emu"]):
         for i in range(5):
             suffix = ".png" if i % 2 else ".JPG"
-            write_image(root / "train" / name / f"{i}{suffix}",
-                        solid_image(colour_of(c, i), 20 + 3 * i, 30))  # fmt: skip
+            write_image(
+                root / "train" / name / f"{i}{suffix}", solid_image(colour_of(c, i), 20 + 3 * i, 30)
+            )
     for c, name in enumerate(["cat", "dog"]):
         for i in range(2):
             write_image(root / "val" / name / f"v{i}.png", solid_image(colour_of(c, i), 12, 12))
@@ -234,8 +235,7 @@ def test_image_folder_ranks_share_files_disjointly(image_root):
     data = ImageFolderDataset(str(image_root / "train"), image_size=SIZE, validation_fraction=0.4)
     shares = {}
     for rank in (0, 1):
-        train, val = data.load_for_rank(rank=rank, size=2, micro_batch=2, val_micro_batch=4,
-                                        seed=5)  # fmt: skip
+        train, val = data.load_for_rank(rank=rank, size=2, micro_batch=2, val_micro_batch=4, seed=5)
         x, y = batches_of(train)
         assert x.shape == (4, SIZE, SIZE, 3)  # 9 training images: 5 and 4 per rank, pairs
         assert [c for c, _ in folder_ids(x)] == list(y)
@@ -249,11 +249,14 @@ def test_image_folder_ranks_share_files_disjointly(image_root):
 
 def test_image_folder_cache_yields_what_decoding_every_pass_yields(image_root):
     def everything(cache: bool) -> list[tuple[np.ndarray, np.ndarray]]:
-        data = ImageFolderDataset(str(image_root / "train"), image_size=SIZE,
-                                  validation_fraction=0.4, cache=cache)  # fmt: skip
+        data = ImageFolderDataset(
+            str(image_root / "train"), image_size=SIZE, validation_fraction=0.4, cache=cache
+        )
         assert data.caches() is cache
-        streams = [data.load_for_rank(rank=rank, size=2, micro_batch=2, val_micro_batch=4,
-                                      seed=5) for rank in (0, 1)]  # fmt: skip
+        streams = [
+            data.load_for_rank(rank=rank, size=2, micro_batch=2, val_micro_batch=4, seed=5)
+            for rank in (0, 1)
+        ]
         passes = [batches_of(train) for train, _ in streams for _ in range(3)]  # reshuffled
         passes += [batches_of(val) for _, val in streams]
         return passes + [batches_of(split.batch(32)) for split in data.load()]
@@ -265,15 +268,20 @@ def test_image_folder_cache_yields_what_decoding_every_pass_yields(image_root):
     # null: cached when the decoded images fit in memory (AUTO_CACHE_BYTES per rank).
     assert ImageFolderDataset(str(image_root / "train"), image_size=SIZE).caches()
     assert not ImageFolderDataset(str(image_root / "train"), image_size=8192).caches()
-    eight = ImageFolderDataset(str(image_root / "train"), val_dir=str(image_root / "val"),
-                               image_size=SIZE, cache=True)  # fmt: skip
+    eight = ImageFolderDataset(
+        str(image_root / "train"), val_dir=str(image_root / "val"), image_size=SIZE, cache=True
+    )
     _, val = eight.load_for_rank(rank=5, size=8, micro_batch=2, val_micro_batch=2, seed=0)
     assert list(val) == [], "4 validation images: ranks 4-7 get none"
 
 
 def test_image_folder_with_val_dir_and_imagenet_normalisation(image_root):
-    data = ImageFolderDataset(str(image_root / "train"), val_dir=str(image_root / "val"),
-                              image_size=8, normalization="imagenet")  # fmt: skip
+    data = ImageFolderDataset(
+        str(image_root / "train"),
+        val_dir=str(image_root / "val"),
+        image_size=8,
+        normalization="imagenet",
+    )
     assert data.info() == DatasetInfo(15, 4, (8, 8, 3), 3)
     x, y = batches_of(data.load()[1].batch(10))
     assert list(y) == [0, 0, 1, 1]
@@ -317,8 +325,9 @@ def write_records(path: Path, ids, image_key: str, label_key: str, label_offset:
                 ),
                 "image/format": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"JPEG"])),
             }
-            writer.write(tf.train.Example(features=tf.train.Features(feature=feature))
-                         .SerializeToString())  # fmt: skip
+            writer.write(
+                tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+            )
 
 
 def write_split(folder: Path, name_of, shards, first_id: int, **keys) -> list[int]:
@@ -337,12 +346,20 @@ def tfds_dir(tmp_path_factory) -> Path:
     folder = root / "imagenet2012" / "5.1.0"
     keys = {"image_key": "image", "label_key": "label", "label_offset": 0}
     for split, shards, first in (("train", TRAIN_SHARDS, 0), ("validation", VAL_SHARDS, 11)):
-        write_split(folder, lambda i, n, s=split: f"imagenet2012-{s}.tfrecord-{i:05d}-of-{n:05d}",
-                    shards, first, **keys)  # fmt: skip
-    info = {"name": "imagenet2012", "splits": [
-        {"name": "train", "shardLengths": [str(n) for n in TRAIN_SHARDS], "numBytes": "1"},
-        {"name": "validation", "shardLengths": [str(n) for n in VAL_SHARDS]},
-    ]}  # fmt: skip
+        write_split(
+            folder,
+            lambda i, n, s=split: f"imagenet2012-{s}.tfrecord-{i:05d}-of-{n:05d}",
+            shards,
+            first,
+            **keys,
+        )
+    info = {
+        "name": "imagenet2012",
+        "splits": [
+            {"name": "train", "shardLengths": [str(n) for n in TRAIN_SHARDS], "numBytes": "1"},
+            {"name": "validation", "shardLengths": [str(n) for n in VAL_SHARDS]},
+        ],
+    }
     (folder / "dataset_info.json").write_text(json.dumps(info))
     for split in ("train", "validation"):
         old = root / "imagenet2012" / "2.0.1" / f"imagenet2012-{split}.tfrecord-00000-of-00001"
@@ -385,10 +402,16 @@ def test_imagenet_split_sizes_from_num_examples(tmp_path):
     keys = {"image_key": "image", "label_key": "label", "label_offset": 0}
     write_records(folder / "imagenet2012-train.tfrecord-00000-of-00001", [0, 1], **keys)
     write_records(folder / "imagenet2012-validation.tfrecord-00000-of-00001", [2], **keys)
-    (folder / "dataset_info.json").write_text(json.dumps({"splits": [
-        {"name": "train", "statistics": {"numExamples": "1281167"}},
-        {"name": "validation", "numExamples": "50000"},
-    ]}))  # fmt: skip
+    (folder / "dataset_info.json").write_text(
+        json.dumps(
+            {
+                "splits": [
+                    {"name": "train", "statistics": {"numExamples": "1281167"}},
+                    {"name": "validation", "numExamples": "50000"},
+                ]
+            }
+        )
+    )
     info = ImagenetDataset(str(tmp_path)).info()
     assert (info.num_train, info.num_val) == (1_281_167, 50_000)
 
@@ -408,8 +431,7 @@ def test_imagenet_ranks_get_disjoint_normalised_correctly_labelled_shares(
     data = ImagenetDataset(str(root), image_size=SIZE, num_classes=NUM_CLASSES, shuffle_buffer=8)
     train_seen, val_seen = [], []
     for rank in (0, 1):
-        train, val = data.load_for_rank(rank=rank, size=2, micro_batch=2, val_micro_batch=2,
-                                        seed=1)  # fmt: skip
+        train, val = data.load_for_rank(rank=rank, size=2, micro_batch=2, val_micro_batch=2, seed=1)
         assert train.element_spec[0].shape.as_list() == [2, SIZE, SIZE, 3]
         x, y = batches_of(train)
         assert x.dtype == np.float32 and y.dtype == np.int64 and len(x) >= 4
@@ -445,8 +467,9 @@ def test_eval_preprocessing_resizes_the_shorter_side_and_crops_the_centre():
 
 def test_tiled_normalisation_gives_the_values_of_broadcasting():
     image = tf.random.stateless_uniform((5, 6, 3), seed=[1, 2], maxval=255.0)
-    np.testing.assert_array_equal(normalize_channels(image, MEAN_RGB, STDDEV_RGB, (5, 6, 3)),
-                                  (image - MEAN_RGB) / STDDEV_RGB)  # fmt: skip
+    np.testing.assert_array_equal(
+        normalize_channels(image, MEAN_RGB, STDDEV_RGB, (5, 6, 3)), (image - MEAN_RGB) / STDDEV_RGB
+    )
 
 
 def test_train_crops_are_random_but_reproducible():
@@ -474,8 +497,9 @@ NEW_MODELS = ["cnn", "resnet18", "resnet34", "resnet50", "resnet101", "resnet152
 NEW_DATASETS = ["synthetic_images", "image_folder", "imagenet"]
 
 
-@pytest.mark.parametrize("option", [f"model={m}" for m in NEW_MODELS]
-                         + [f"dataset={d}" for d in NEW_DATASETS])  # fmt: skip
+@pytest.mark.parametrize(
+    "option", [f"model={m}" for m in NEW_MODELS] + [f"dataset={d}" for d in NEW_DATASETS]
+)
 def test_new_configs_compose(compose_cfg, option):
     cfg = compose_cfg(option)
     group, name = option.split("=")
@@ -486,8 +510,9 @@ def test_new_configs_compose(compose_cfg, option):
 
 def test_composed_configs_build_models_and_datasets(compose_cfg, image_root):
     folder = f"dataset.data_dir={image_root / 'train'}"
-    cfg = compose_cfg("model=resnet18", "model.stem=small", "dataset=image_folder", folder,
-                      "dataset.image_size=8")  # fmt: skip
+    cfg = compose_cfg(
+        "model=resnet18", "model.stem=small", "dataset=image_folder", folder, "dataset.image_size=8"
+    )
     info = build_dataset(cfg.dataset).info()
     assert info == DatasetInfo(12, 3, (8, 8, 3), 3)
     assert build_model(cfg.model, info).output_shape == (None, 3)
@@ -505,8 +530,10 @@ def test_info_does_not_import_tensorflow(tmp_path, image_root, tfds_dir, garden_
     for split, shards in (("train", 1024), ("validation", 64)):
         for i in range(shards):
             (full / f"imagenet2012-{split}.tfrecord-{i:05d}-of-{shards:05d}").touch()
-    splits = [{"name": "train", "shardLengths": [str(1251)] * 1024},
-              {"name": "validation", "shardLengths": [str(781)] * 64}]  # fmt: skip
+    splits = [
+        {"name": "train", "shardLengths": [str(1251)] * 1024},
+        {"name": "validation", "shardLengths": [str(781)] * 64},
+    ]
     (full / "dataset_info.json").write_text(json.dumps({"splits": splits}))
     code = textwrap.dedent(f"""
         import json, sys, time
@@ -530,8 +557,9 @@ def test_info_does_not_import_tensorflow(tmp_path, image_root, tfds_dir, garden_
         out["tf"] = [m for m in ("tensorflow", "tf_keras", "keras") if m in sys.modules]
         print(json.dumps(out))
     """)
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=120, check=True)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
     out = json.loads(result.stdout)
     assert out.pop("tf") == [], "info() imported TensorFlow"
     assert out["imagenet_full_json"][1:] == [1024 * 1251, 64 * 781]

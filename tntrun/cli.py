@@ -93,8 +93,7 @@ def main() -> None:
         print(f"tntrun: {len(_failed_jobs)} sweep job(s) failed", file=sys.stderr)
         sys.exit(max(_failed_jobs))
     if sweep.unfinished_jobs:  # jobs a cluster launcher ran elsewhere, judged by the store
-        print(f"tntrun: {len(sweep.unfinished_jobs)} sweep job(s) did not finish",
-              file=sys.stderr)  # fmt: skip
+        print(f"tntrun: {len(sweep.unfinished_jobs)} sweep job(s) did not finish", file=sys.stderr)
         sys.exit(1)
 
 

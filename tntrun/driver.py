@@ -196,8 +196,11 @@ def resume_reference(exp: Experiment, tracker: Tracker) -> tuple[str | None, str
         return None, ""
     found = first_resumable(tracker.unfinished_runs(wanted))
     if found is None:
-        print(f"tntrun: {how}: no unfinished run of this {'job' if job else 'config'} with a "
-              f"checkpoint in {tracker.store}; starting a new run", flush=True)  # fmt: skip
+        print(
+            f"tntrun: {how}: no unfinished run of this {'job' if job else 'config'} with a "
+            f"checkpoint in {tracker.store}; starting a new run",
+            flush=True,
+        )
     else:
         print(f"tntrun: {how}: continuing run {found}", flush=True)
     return found, how
@@ -212,17 +215,29 @@ def resume_of(exp: Experiment, tracker: Tracker, reference: str, how: str) -> Re
         found.attach(run_id)
         return found.tags().get("run_dir")
 
-    return load_resumed_run(reference, recorded_run_dir, tracker.store, exp.overrides,
-                            list(exp.choices), bool(cfg.resume_allow_layout_change),
-                            how)  # fmt: skip
+    return load_resumed_run(
+        reference,
+        recorded_run_dir,
+        tracker.store,
+        exp.overrides,
+        list(exp.choices),
+        bool(cfg.resume_allow_layout_change),
+        how,
+    )
 
 
 class LaunchedRun:
     """One launch of a planned run: the ranks, the tracked run and their ending."""
 
-    def __init__(self, exp: Experiment, plan: Plan, run_dir: Path, tracker: Tracker,
-                 resumed: ResumedRun | None,
-                 dataset: DatasetInfo | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        exp: Experiment,
+        plan: Plan,
+        run_dir: Path,
+        tracker: Tracker,
+        resumed: ResumedRun | None,
+        dataset: DatasetInfo | None = None,
+    ) -> None:
         self.exp, self.cfg, self.plan, self.run_dir = exp, exp.config, plan, run_dir
         self.tracker, self.resumed = tracker, resumed
         self.dataset = dataset  # the sizes planned with, recorded with the run
@@ -237,9 +252,12 @@ class LaunchedRun:
         self.job: RankJob | None = None
         train = self.cfg.train
         self.stopping = StopOnSignals(
-            run_dir, list(train.preempt_signals), float(train.preempt_grace_s),
-            ranks_running=lambda: self.job is not None, stop_ranks=lambda: self.job.terminate(),
-        )  # fmt: skip
+            run_dir,
+            list(train.preempt_signals),
+            float(train.preempt_grace_s),
+            ranks_running=lambda: self.job is not None,
+            stop_ranks=lambda: self.job.terminate(),
+        )
 
     def execute(self) -> RunResult:
         status, stalled, refused = "FAILED", None, None
@@ -264,8 +282,14 @@ class LaunchedRun:
             requeue_after(self.stopping.received, os.environ)
         if refused:
             result = config_error(refused, self.run_dir)
-            return RunResult(result.status, result.exit_code, self.run_dir, self.tracker.run_id,
-                             problems=result.problems, plan=self.plan)  # fmt: skip
+            return RunResult(
+                result.status,
+                result.exit_code,
+                self.run_dir,
+                self.tracker.run_id,
+                problems=result.problems,
+                plan=self.plan,
+            )
         return self.report(status)
 
     def preempted(self) -> bool:
@@ -274,15 +298,19 @@ class LaunchedRun:
 
     def follow(self, extra_env: Mapping[str, str]) -> LaunchResult:
         """Start the ranks, open the tracked run meanwhile, relay until the ranks end."""
-        env = {**dict(self.plan.launch_env), **extra_env,
-               run_files.ENV_DRIVER_START: repr(DRIVER_START),
-               run_files.ENV_USER_PATH: os.getcwd()}  # fmt: skip
+        env = {
+            **dict(self.plan.launch_env),
+            **extra_env,
+            run_files.ENV_DRIVER_START: repr(DRIVER_START),
+            run_files.ENV_USER_PATH: os.getcwd(),
+        }
         self.heartbeat = DriverHeartbeat(self.run_dir)  # the ranks end within seconds of ours
         self.heartbeat.start()
         self.job = self.start_ranks(env)
         # The ranks import TensorFlow now; the store opens meanwhile in a lower-priority thread.
-        self.session = TrackingSession(self.open_tracked, self.relaying,
-                                       lambda: self.job.terminate())  # fmt: skip
+        self.session = TrackingSession(
+            self.open_tracked, self.relaying, lambda: self.job.terminate()
+        )
         try:
             outcome = self.job.follow()
             while self.restart_after(outcome):
@@ -295,11 +323,16 @@ class LaunchedRun:
 
     def start_ranks(self, env: Mapping[str, str]) -> RankJob:
         return RankJob(
-            self.plan.launch_command, env, self.run_dir / run_files.RANKS_LOG,
+            self.plan.launch_command,
+            env,
+            self.run_dir / run_files.RANKS_LOG,
             RankLogWriter(self.run_dir / run_files.LOGS),
-            StallWatch(self.run_dir / run_files.HEARTBEATS, self.plan.world_size,
-                       float(self.cfg.train.stall_timeout_s)),
-        )  # fmt: skip
+            StallWatch(
+                self.run_dir / run_files.HEARTBEATS,
+                self.plan.world_size,
+                float(self.cfg.train.stall_timeout_s),
+            ),
+        )
 
     def restart_after(self, outcome: LaunchResult) -> bool:
         """After a failed attempt, re-plan from the newest checkpoint (train.max_restarts)."""
@@ -313,20 +346,27 @@ class LaunchedRun:
             resume = ResumePoint(str(checkpoint), read_meta(checkpoint))
             plan, _ = make_plan(self.exp, self.run_dir, resume)
         except PlanError as err:
-            print(f"tntrun: not restarting the ranks: {'; '.join(err.problems)}",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"tntrun: not restarting the ranks: {'; '.join(err.problems)}",
+                file=sys.stderr,
+                flush=True,
+            )
             return False
         self.restarts += 1
         self.recorded_restarts += 1
         why = archive_attempt(self.run_dir, self.recorded_restarts, outcome.stalled)
         self.plan = plan
         plan.save(self.run_dir / run_files.PLAN)
-        print(f"tntrun: {why}; restart {self.restarts} of {limit} (train.max_restarts) from "
-              f"{checkpoint.name}, in the same run", flush=True)  # fmt: skip
+        print(
+            f"tntrun: {why}; restart {self.restarts} of {limit} (train.max_restarts) from "
+            f"{checkpoint.name}, in the same run",
+            flush=True,
+        )
         if self.tracker.run_id:
             self.tracker.set_tag("restarts", str(self.recorded_restarts))
-            self.tracker.set_tag(f"restart.{self.recorded_restarts}",
-                                 f"{why}; from {checkpoint.name}")  # fmt: skip
+            self.tracker.set_tag(
+                f"restart.{self.recorded_restarts}", f"{why}; from {checkpoint.name}"
+            )
         return True
 
     def open_run(self) -> tuple[Tracker, str | None]:
@@ -338,19 +378,25 @@ class LaunchedRun:
             run_id = tracker.reopen(self.resumed.mlflow_run_id, self.resume_tags)
             self.prefix = f"resumed-{run_dir.name}"
         else:
-            tags = start_tags(plan, run_dir, list(self.exp.overrides), dict(self.exp.choices),
-                              problem_hash(self.cfg))  # fmt: skip
-            run_id = tracker.start(self.cfg.tracking.run_name or self.default_run_name(), tags,
-                                   self.exp.parent_run_id)  # fmt: skip
+            tags = start_tags(
+                plan,
+                run_dir,
+                list(self.exp.overrides),
+                dict(self.exp.choices),
+                problem_hash(self.cfg),
+            )
+            run_id = tracker.start(
+                self.cfg.tracking.run_name or self.default_run_name(), tags, self.exp.parent_run_id
+            )
         (run_dir / run_files.RUN_ID).write_text(run_id)
         if not self.resumed:
-            params = dict(flatten(OmegaConf.to_container(self.cfg, resolve=True,
-                                                         enum_to_str=True)))  # fmt: skip
+            params = dict(flatten(OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True)))
             params.update(plan.summary_params())
             tracker.log_params(params)
             if self.dataset is not None:
-                dataset_cfg = OmegaConf.to_container(self.cfg.dataset, resolve=True,
-                                                     enum_to_str=True)  # fmt: skip
+                dataset_cfg = OmegaConf.to_container(
+                    self.cfg.dataset, resolve=True, enum_to_str=True
+                )
                 tracker.log_dataset(dataset_record(self.exp.choices, dataset_cfg, self.dataset))
         print(f"tntrun: {tracker.label} run {run_id} in {tracker.store}", flush=True)
         return tracker, self.prefix
@@ -358,9 +404,14 @@ class LaunchedRun:
     def default_run_name(self) -> str:
         """``<model>-<dataset>-<ranks>x<micro-batch>`` (``mlp-digits-2x32``), for the runs table."""
         cfg, plan = self.cfg, self.plan
-        return default_run_name(self.exp.choices, cfg.model.get("_target_"),
-                                cfg.dataset.get("_target_"), plan.world_size,
-                                plan.micro_batch_size, self.exp.job)  # fmt: skip
+        return default_run_name(
+            self.exp.choices,
+            cfg.model.get("_target_"),
+            cfg.dataset.get("_target_"),
+            plan.world_size,
+            plan.micro_batch_size,
+            self.exp.job,
+        )
 
     def open_tracked(self) -> tuple[Tracker, str | None]:
         """:meth:`open_run`; if the store went away since the pre-flight check, training goes
@@ -371,9 +422,12 @@ class LaunchedRun:
             if not is_outage(err, self.tracker.store):
                 raise
             self.deferred = True
-            print(f"tntrun: the tracking store {self.tracker.store} does not answer "
-                  f"({describe(err)}); training goes on and the run is recorded once it does",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"tntrun: the tracking store {self.tracker.store} does not answer "
+                f"({describe(err)}); training goes on and the run is recorded once it does",
+                file=sys.stderr,
+                flush=True,
+            )
             return self.tracker, self.prefix
 
     def open_deferred(self) -> None:
@@ -393,13 +447,19 @@ class LaunchedRun:
         def down(err: BaseException) -> None:
             if self.deferred:  # open_tracked said so already
                 return
-            print(f"tntrun: the tracking store {store} does not answer ({describe(err)}); "
-                  f"training goes on and rank 0's metrics wait in {path}",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"tntrun: the tracking store {store} does not answer ({describe(err)}); "
+                f"training goes on and rank 0's metrics wait in {path}",
+                file=sys.stderr,
+                flush=True,
+            )
 
         def back(lines: int) -> None:
-            print(f"tntrun: the tracking store {store} answers again; {lines} metric lines "
-                  "caught up", file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"tntrun: the tracking store {store} answers again; {lines} metric lines caught up",
+                file=sys.stderr,
+                flush=True,
+            )
 
         self.relay = MetricsRelay(path, self.send_metrics, on_failure=down, on_recovery=back)
         return self.relay
@@ -410,10 +470,13 @@ class LaunchedRun:
         tracking = self.cfg.tracking
         node = socket.gethostname() if self.plan.nodes > 1 else None
         with (
-            tracker.system_metrics(bool(tracking.system_metrics) and bool(tracker.run_id),
-                                   float(tracking.system_metrics_interval_s), node),
+            tracker.system_metrics(
+                bool(tracking.system_metrics) and bool(tracker.run_id),
+                float(tracking.system_metrics_interval_s),
+                node,
+            ),
             self.metrics_relay(),
-        ):  # fmt: skip
+        ):
             yield
 
     def resume_tags(self, recorded: Mapping[str, str]) -> dict[str, str]:
@@ -423,13 +486,18 @@ class LaunchedRun:
         self.recorded_restarts = int(recorded.get("restarts", 0)) + 1
         ended = recorded.get(PREEMPTED_TAG) or recorded.get(DRIVER_LOST_TAG)
         restart = f"{self.resumed.how}: from {Path(self.resumed.point.checkpoint).name}"
-        tags = {"resumed_in": str(self.run_dir), "run_dir": str(self.run_dir),
-                **driver_tags(), **slurm_tags(),
-                "restarts": str(self.recorded_restarts),
-                f"restart.{self.recorded_restarts}": f"{restart}; {ended}" if ended else restart,
-                }  # fmt: skip
-        if (before.world_size, before.global_batch_size) != (plan.world_size,
-                                                             plan.global_batch_size):  # fmt: skip
+        tags = {
+            "resumed_in": str(self.run_dir),
+            "run_dir": str(self.run_dir),
+            **driver_tags(),
+            **slurm_tags(),
+            "restarts": str(self.recorded_restarts),
+            f"restart.{self.recorded_restarts}": f"{restart}; {ended}" if ended else restart,
+        }
+        if (before.world_size, before.global_batch_size) != (
+            plan.world_size,
+            plan.global_batch_size,
+        ):
             tags["resume.layout_change"] = (
                 f"{before.world_size} ranks, global batch {before.global_batch_size} -> "
                 f"{plan.world_size} ranks, global batch {plan.global_batch_size}; "
@@ -464,25 +532,45 @@ class LaunchedRun:
         grace = float(self.cfg.tracking.get("outage_grace_s", 60.0))
         waiting = relay.failure is not None or self.deferred
         if waiting:
-            print(f"tntrun: waiting up to {grace:g} s (tracking.outage_grace_s) for "
-                  f"{tracker.store} to take the rest of the run", file=sys.stderr,
-                  flush=True)  # fmt: skip
+            print(
+                f"tntrun: waiting up to {grace:g} s (tracking.outage_grace_s) for "
+                f"{tracker.store} to take the rest of the run",
+                file=sys.stderr,
+                flush=True,
+            )
         error = delivery.within(grace)
         if error is None:
             if waiting:
-                print(f"tntrun: the tracking store {tracker.store} answers again; metrics, "
-                      f"outputs and status {status} delivered", file=sys.stderr,
-                      flush=True)  # fmt: skip
+                print(
+                    f"tntrun: the tracking store {tracker.store} answers again; metrics, "
+                    f"outputs and status {status} delivered",
+                    file=sys.stderr,
+                    flush=True,
+                )
             return
         never_opened = not tracker.run_id
         self.pending = Pending(
-            tracker.store, status, tracker.run_id, relay.offset, params_logged=not self.deferred,
-            outputs_logged=delivery.outputs_logged, stalled=stalled, prefix=prefix,
+            tracker.store,
+            status,
+            tracker.run_id,
+            relay.offset,
+            params_logged=not self.deferred,
+            outputs_logged=delivery.outputs_logged,
+            stalled=stalled,
+            prefix=prefix,
             run_name=self.cfg.tracking.run_name or self.default_run_name(),
-            parent_run_id=self.exp.parent_run_id, reason=describe(error),
-            tags=start_tags(self.plan, run_dir, list(self.exp.overrides), dict(self.exp.choices),
-                            problem_hash(self.cfg)) if never_opened else None,
-        )  # fmt: skip
+            parent_run_id=self.exp.parent_run_id,
+            reason=describe(error),
+            tags=start_tags(
+                self.plan,
+                run_dir,
+                list(self.exp.overrides),
+                dict(self.exp.choices),
+                problem_hash(self.cfg),
+            )
+            if never_opened
+            else None,
+        )
         self.pending.save(run_dir)
 
     def report(self, status: str) -> RunResult:
@@ -490,8 +578,9 @@ class LaunchedRun:
         tracker = self.tracker
         abandoned = self.session is not None and self.session.abandoned
         if abandoned or (not tracker.run_id and self.pending is None):
-            return RunResult("KILLED", EXIT_INTERRUPTED, self.run_dir, tracker.run_id,
-                             plan=self.plan)  # fmt: skip
+            return RunResult(
+                "KILLED", EXIT_INTERRUPTED, self.run_dir, tracker.run_id, plan=self.plan
+            )
         pending = self.pending  # the store was unreachable: the final metrics from the file
         metrics = last_values(self.run_dir / run_files.METRICS) if pending else tracker.metrics()
         print()

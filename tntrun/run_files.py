@@ -41,8 +41,13 @@ TENSORBOARD = "tensorboard"
 HYDRA = ".hydra"
 # Logged to the run as artifacts when present (folders keep their name).
 OUTPUT_FILES = (CONFIG, PLAN, FINAL_MODEL, TIMELINE, AUTOTUNE_LOG, LR_PLOT, PRECISION)
-OUTPUT_FOLDERS = ((HYDRA, "hydra"), (LOGS, LOGS), (TRANSLATIONS, TRANSLATIONS),
-                  (SCALING_PREDICTION, SCALING_PREDICTION), (RESTARTS, RESTARTS))  # fmt: skip
+OUTPUT_FOLDERS = (
+    (HYDRA, "hydra"),
+    (LOGS, LOGS),
+    (TRANSLATIONS, TRANSLATIONS),
+    (SCALING_PREDICTION, SCALING_PREDICTION),
+    (RESTARTS, RESTARTS),
+)
 
 # Environment the driver gives the ranks.
 ENV_DRIVER_START = "TNTRUN_DRIVER_START"  # wall time the driver process started (start-up metric)

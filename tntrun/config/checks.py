@@ -16,8 +16,19 @@ from typing import Any
 
 NOT_CHOICES = ("hydra", "schema")  # groups Hydra or the schema own
 # Hydra's flags that take the next argument as their value.
-VALUE_FLAGS = ("-cd", "--config-dir", "-cp", "--config-path", "-cn", "--config-name",
-               "-c", "--cfg", "-p", "--package", "--experimental-rerun")  # fmt: skip
+VALUE_FLAGS = (
+    "-cd",
+    "--config-dir",
+    "-cp",
+    "--config-path",
+    "-cn",
+    "--config-name",
+    "-c",
+    "--cfg",
+    "-p",
+    "--package",
+    "--experimental-rerun",
+)
 INFO_TOPICS = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
 
 
@@ -75,8 +86,9 @@ def group_options(group: str, roots: Sequence[Any]) -> list[str]:
     for root in roots:
         folder = root / group
         if folder.is_dir():
-            options.update(p.name.removesuffix(".yaml") for p in folder.iterdir()
-                           if p.name.endswith(".yaml"))  # fmt: skip
+            options.update(
+                p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml")
+            )
     return sorted(options)
 
 

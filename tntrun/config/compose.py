@@ -24,8 +24,11 @@ CONFIG_NAME = "config"
 
 def user_choices(choices: Mapping[str, Any]) -> dict[str, str]:
     """Hydra's ``runtime.choices`` without Hydra's own groups and the schemas."""
-    return {g: str(v) for g, v in choices.items()
-            if not g.startswith(("hydra/", "schema/")) and v is not None}  # fmt: skip
+    return {
+        g: str(v)
+        for g, v in choices.items()
+        if not g.startswith(("hydra/", "schema/")) and v is not None
+    }
 
 
 def compose_config(
@@ -49,8 +52,9 @@ def compose_config(
     GlobalHydra.instance().clear()
     try:
         with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
-            cfg = compose(config_name=CONFIG_NAME, overrides=[*overrides, *search],
-                          return_hydra_config=True)  # fmt: skip
+            cfg = compose(
+                config_name=CONFIG_NAME, overrides=[*overrides, *search], return_hydra_config=True
+            )
     except Exception as err:  # Hydra's composition errors, which name the key: one line
         lines = (line.strip() for line in str(err).splitlines())
         raise PlanError(" ".join(line for line in lines if line)) from None
@@ -76,8 +80,9 @@ def given_keys(overrides: Sequence[str]) -> set[str]:
     return {o.split("=", 1)[0].lstrip("+~") for o in overrides}
 
 
-def with_allocation_layout(cfg: DictConfig, overrides: Sequence[str],
-                           env: Mapping[str, str]) -> DictConfig:  # fmt: skip
+def with_allocation_layout(
+    cfg: DictConfig, overrides: Sequence[str], env: Mapping[str, str]
+) -> DictConfig:
     """``cfg`` with the layout keys the host list or a Slurm allocation fills (those not
     given), so what is recorded (config.yaml, the run's params) is the layout that runs."""
     filled = given_layout(cfg, env, given_keys(overrides))

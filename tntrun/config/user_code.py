@@ -149,9 +149,12 @@ def find_target(group: str, target: str) -> Parameters:
 
 
 def check_target(
-    group: str, target: str, keys: Iterable[str], supplied: Iterable[str] = (),
+    group: str,
+    target: str,
+    keys: Iterable[str],
+    supplied: Iterable[str] = (),
     choice: str | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """Refuse a target whose parameters do not take the config's keys.
 
     ``keys`` are the config's ``<group>.*`` keys passed as keyword arguments,

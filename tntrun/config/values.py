@@ -38,8 +38,11 @@ RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("optimizer.base_lr", _positive_finite, "give a positive, finite learning rate, e.g. 0.1"),
     ("optimizer.base_batch_size", _at_least(1), "give the batch size base_lr is meant for"),
     ("seed", lambda v: 0 <= v < SEED_LIMIT, f"use a seed in [0, {SEED_LIMIT})"),
-    ("val_micro_batch_size", _at_least(1),
-     "use 1 or more samples per rank, or null for the training micro-batch"),
+    (
+        "val_micro_batch_size",
+        _at_least(1),
+        "use 1 or more samples per rank, or null for the training micro-batch",
+    ),
     ("batch_tokens", _at_least(1), "use 1 or more tokens, or null"),
     ("train.epochs_between_evals", _at_least(1), "evaluate every 1 or more epochs"),
     ("train.check_sync_every_epochs", _at_least(0), "use 0 (never) or more"),
@@ -55,7 +58,7 @@ RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("train.preempt_grace_s", lambda v: v > 0, "give the ranks a positive time to checkpoint"),
     ("tracking.log_every_steps", _at_least(0), "use 0 (per epoch only) or more"),
     ("tracking.system_metrics_interval_s", lambda v: v > 0, "give a positive interval"),
-)  # fmt: skip
+)
 
 
 def lookup(cfg: Mapping[str, Any], dotted: str) -> Any:

@@ -24,8 +24,9 @@ ENGINE_KEYS = ("distribute",)
 
 
 def _dataset_args(cfg: DictConfig) -> dict[str, Any]:
-    return {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items()
-            if k not in ENGINE_KEYS}  # fmt: skip
+    return {
+        k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k not in ENGINE_KEYS
+    }
 
 
 def build_dataset(cfg: DictConfig) -> Any:
@@ -86,11 +87,17 @@ def size_dataset(cfg: DictConfig, allow_published: bool) -> SizedDataset:
     published = getattr(get_class(cfg._target_), "published_info", None)
     if not (allow_published and published):
         raise PlanError(problem)
-    known = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
-             .items() if k != "_target_" and v != "???"}  # fmt: skip
+    known = {
+        k: v
+        for k, v in OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False).items()
+        if k != "_target_" and v != "???"
+    }
     info = published(**known)
-    return SizedDataset(info, assumed=(
-        f"{missing} is not there yet: planned with the published sizes "
-        f"({info.num_train:,} train / {info.num_val:,} validation samples, "
-        f"{info.num_classes} classes); a real run reads them from the data"
-    ))  # fmt: skip
+    return SizedDataset(
+        info,
+        assumed=(
+            f"{missing} is not there yet: planned with the published sizes "
+            f"({info.num_train:,} train / {info.num_val:,} validation samples, "
+            f"{info.num_classes} classes); a real run reads them from the data"
+        ),
+    )

@@ -92,8 +92,15 @@ class BleuEvaluation(keras.callbacks.Callback):
     Adds ``bleu`` and ``bleu_uncased`` to the epoch logs (before they are logged).
     """
 
-    def __init__(self, dataset: Any, run_dir: Path, every_epochs: int, max_sentences: int,
-                 beam_size: int, max_length: int) -> None:  # fmt: skip
+    def __init__(
+        self,
+        dataset: Any,
+        run_dir: Path,
+        every_epochs: int,
+        max_sentences: int,
+        beam_size: int,
+        max_length: int,
+    ) -> None:
         super().__init__()
         self.dataset, self.run_dir = dataset, run_dir
         self.every, self.beam_size, self.max_length = max(1, every_epochs), beam_size, max_length
@@ -126,5 +133,6 @@ class BleuEvaluation(keras.callbacks.Callback):
         logs.update(scores)
         folder = self.run_dir / TRANSLATIONS
         folder.mkdir(exist_ok=True)
-        write_samples(folder / f"epoch-{epoch + 1:04d}.md", self.sources, self.references,
-                      hypotheses)  # fmt: skip
+        write_samples(
+            folder / f"epoch-{epoch + 1:04d}.md", self.sources, self.references, hypotheses
+        )

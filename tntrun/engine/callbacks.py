@@ -72,10 +72,16 @@ class Checkpointer(keras.callbacks.Callback):
     """
 
     def __init__(
-        self, run_dir: Path, every_epochs: int, keep: int, describe: Callable,
-        min_interval_s: float = 0.0, monitor: str | None = None, mode: str = "auto",
+        self,
+        run_dir: Path,
+        every_epochs: int,
+        keep: int,
+        describe: Callable,
+        min_interval_s: float = 0.0,
+        monitor: str | None = None,
+        mode: str = "auto",
         save_model: Callable[[Path], None] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         super().__init__()
         self.run_dir, self.every, self.keep, self.describe = run_dir, every_epochs, keep, describe
         self.min_interval_s, self.monitor, self.save_model = min_interval_s, monitor, save_model
@@ -116,12 +122,14 @@ class Checkpointer(keras.callbacks.Callback):
             return
         self.best = value
         state = state_checkpoint(self.model, self.model.optimizer)
-        path = publish_best(self.run_dir, meta, lambda prefix: state.write(prefix),
-                            self.monitor, value)  # fmt: skip
+        path = publish_best(
+            self.run_dir, meta, lambda prefix: state.write(prefix), self.monitor, value
+        )
         if self.save_model is not None:
             self.save_model(path / run_files.FINAL_MODEL)
-        print(f"best checkpoint: epoch {meta.epoch}, {self.monitor}={value:.4g} -> {path}",
-              flush=True)  # fmt: skip
+        print(
+            f"best checkpoint: epoch {meta.epoch}, {self.monitor}={value:.4g} -> {path}", flush=True
+        )
 
 
 class WeightSyncGuard(keras.callbacks.Callback):
@@ -145,8 +153,10 @@ class WeightSyncGuard(keras.callbacks.Callback):
         spread = self.final_spread = float(sums.max() - sums.min())
         if not np.isfinite(sums).all():
             bad = [rank for rank, value in enumerate(sums.tolist()) if not np.isfinite(value)]
-            raise RuntimeError(f"weights of rank(s) {bad} are not finite {when} "
-                               f"(checksums by rank: {sums.tolist()})")  # fmt: skip
+            raise RuntimeError(
+                f"weights of rank(s) {bad} are not finite {when} "
+                f"(checksums by rank: {sums.tolist()})"
+            )
         if spread > 1e-6 * max(1.0, float(abs(sums).max())):
             raise RuntimeError(
                 f"ranks' weights diverged {when} (checksums by rank: {sums.tolist()}): gradients "
@@ -257,8 +267,14 @@ class StepMetrics(keras.callbacks.Callback):
         speed = (step - self._last[0]) * self.global_batch / max(now - self._last[1], 1e-9)
         self._last = (step, now)
         if self.log_metrics is not None:
-            self.log_metrics({"step_loss": loss, "step_lr": current_lr(self.model.optimizer),
-                              "step_samples_per_s": speed}, step)  # fmt: skip
+            self.log_metrics(
+                {
+                    "step_loss": loss,
+                    "step_lr": current_lr(self.model.optimizer),
+                    "step_samples_per_s": speed,
+                },
+                step,
+            )
 
 
 class LearningRateLogger(keras.callbacks.Callback):

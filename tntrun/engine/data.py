@@ -46,8 +46,9 @@ def distribute_train(
     padding = steps_per_epoch * micro_batch * size - num_samples
 
     def one_epoch(epoch: int) -> tf.data.Dataset:
-        shuffled = dataset.shuffle(num_samples, seed=seed * 100_003 + epoch,
-                                   reshuffle_each_iteration=False)  # fmt: skip
+        shuffled = dataset.shuffle(
+            num_samples, seed=seed * 100_003 + epoch, reshuffle_each_iteration=False
+        )
         if not drop_remainder and padding > 0:
             filler = dataset.take(1).repeat(padding).map(_with_weight(0.0))
             shuffled = shuffled.map(_with_weight(1.0)).concatenate(filler)

@@ -25,8 +25,9 @@ class InjectFault(keras.callbacks.Callback):
     """At training step ``at_step`` on rank ``rank``: raise, exit(3), SIGKILL itself, sleep,
     or (``nan_loss``, once) set a weight to NaN, so that step's loss on that rank is NaN."""
 
-    def __init__(self, rank: int, at_step: int, kind: str = "raise",
-                 once_file: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, rank: int, at_step: int, kind: str = "raise", once_file: str | None = None
+    ) -> None:
         super().__init__()
         if kind not in KINDS:
             raise ValueError(f"callbacks.fault.kind={kind!r}: choose one of {', '.join(KINDS)}")

@@ -27,15 +27,31 @@ import tensorflow as tf
 # (PaLM, Appendix B; Lightning's ThroughputMonitor).
 TRAINING_FLOPS_PER_FORWARD = 3
 # Ops whose FLOPs dominate; their shapes must be static or the count would be short.
-HEAVY_OPS = frozenset({
-    "MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Einsum",
-    "Conv2D", "Conv3D", "DepthwiseConv2dNative",
-})  # fmt: skip
+HEAVY_OPS = frozenset(
+    {
+        "MatMul",
+        "BatchMatMul",
+        "BatchMatMulV2",
+        "BatchMatMulV3",
+        "Einsum",
+        "Conv2D",
+        "Conv3D",
+        "DepthwiseConv2dNative",
+    }
+)
 # Ops that run function bodies the profiler does not look into.
-FUNCTION_OPS = frozenset({
-    "PartitionedCall", "StatefulPartitionedCall", "While", "StatelessWhile", "If",
-    "StatelessIf", "Case", "StatelessCase",
-})  # fmt: skip
+FUNCTION_OPS = frozenset(
+    {
+        "PartitionedCall",
+        "StatefulPartitionedCall",
+        "While",
+        "StatelessWhile",
+        "If",
+        "StatelessIf",
+        "Case",
+        "StatelessCase",
+    }
+)
 CACHE_FILE = "matmul_flops.json"
 
 
@@ -224,9 +240,13 @@ def write_cached(key: str, flops_per_s: float) -> None:
 
 
 def measured_matmul_flops(
-    threads: int, ranks_per_node: int = 1, local_rank: int = 0, *, use_cache: bool = True,
+    threads: int,
+    ranks_per_node: int = 1,
+    local_rank: int = 0,
+    *,
+    use_cache: bool = True,
     dtype: str = "float32",
-) -> float:  # fmt: skip
+) -> float:
     """This rank's ``dtype`` matmul FLOP/s: cached for its key, else measured (and then cached).
 
     ``use_cache=False`` measures even when a cached value exists. Ranks that

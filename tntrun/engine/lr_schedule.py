@@ -11,9 +11,14 @@ import tensorflow as tf
 from tntrun.planning.schedules import ScheduleParams, learning_rate
 
 TF_OPS = SimpleNamespace(
-    where=tf.where, minimum=tf.minimum, maximum=tf.maximum, cos=tf.cos, sqrt=tf.sqrt,
-    power=tf.pow, float=lambda x: tf.cast(x, tf.float32),
-)  # fmt: skip
+    where=tf.where,
+    minimum=tf.minimum,
+    maximum=tf.maximum,
+    cos=tf.cos,
+    sqrt=tf.sqrt,
+    power=tf.pow,
+    float=lambda x: tf.cast(x, tf.float32),
+)
 
 
 @keras.saving.register_keras_serializable(package="tntrun")

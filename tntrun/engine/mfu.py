@@ -28,8 +28,9 @@ def peak_flops_across_ranks(threads: int, ranks_per_node: int, dtype: str = "flo
     key = cache_key(threads, ranks_per_node, hvd.local_rank(), dtype)
     cached = tf.constant([0.0 if read_cached(key) is None else 1.0], tf.float64)
     all_cached = bool(hvd.allreduce(cached, op=hvd.Min, name="mfu.cached").numpy()[0])
-    local = measured_matmul_flops(threads, ranks_per_node, hvd.local_rank(), use_cache=all_cached,
-                                  dtype=dtype)  # fmt: skip
+    local = measured_matmul_flops(
+        threads, ranks_per_node, hvd.local_rank(), use_cache=all_cached, dtype=dtype
+    )
     total = hvd.allreduce(tf.constant([local], tf.float64), op=hvd.Sum, name="mfu.peak")
     return float(total.numpy()[0])
 
@@ -73,6 +74,9 @@ def model_flop_utilisation(
         model_flops_per_sample=per_sample,
         achieved_flops_per_s=achieved,
     )
-    print(f"mfu {achieved / peak:.3g}: {format_flops(achieved)} achieved of "
-          f"{format_flops(peak)} measured matmul peak ({dtype})", flush=True)  # fmt: skip
+    print(
+        f"mfu {achieved / peak:.3g}: {format_flops(achieved)} achieved of "
+        f"{format_flops(peak)} measured matmul peak ({dtype})",
+        flush=True,
+    )
     return metrics

@@ -55,8 +55,14 @@ class NonFiniteGuard(keras.callbacks.Callback):
 
 def record(run_dir: Path, event: NonFiniteLoss, action: str, **details: Any) -> None:
     """Rank 0: append the event to ``nonfinite.jsonl`` (the driver tags the run from it)."""
-    line = {"t": time.time(), "loss": str(event.loss), "epoch": event.epoch,
-            "step": event.step, "action": action, **details}  # fmt: skip
+    line = {
+        "t": time.time(),
+        "loss": str(event.loss),
+        "epoch": event.epoch,
+        "step": event.step,
+        "action": action,
+        **details,
+    }
     with (run_dir / run_files.NONFINITE).open("a") as events:
         events.write(json.dumps(line) + "\n")
 
@@ -74,8 +80,9 @@ class Snapshot:
             variable.assign(value)
 
 
-def roll_back(model: Any, optimizer: Any, plan: Any, run_dir: Path,
-              snapshot: Snapshot | None) -> tuple[int, int, str]:  # fmt: skip
+def roll_back(
+    model: Any, optimizer: Any, plan: Any, run_dir: Path, snapshot: Snapshot | None
+) -> tuple[int, int, str]:
     """Every rank: return to the last good state; (epoch and batch to continue from, what
     was restored).
 

@@ -95,12 +95,15 @@ def float32_outputs(model: Any, input_shape: Sequence[int]) -> Any:
             "layer dtype='float32' (the loss must be computed in float32)"
         )
     cast = [
-        out if _dtype(out) == "float32" else keras.layers.Activation(
-            "linear", dtype="float32", name=FLOAT32_OUTPUT if len(flat) == 1
-            else f"{FLOAT32_OUTPUT}_{i}",
+        out
+        if _dtype(out) == "float32"
+        else keras.layers.Activation(
+            "linear",
+            dtype="float32",
+            name=FLOAT32_OUTPUT if len(flat) == 1 else f"{FLOAT32_OUTPUT}_{i}",
         )(out)
         for i, out in enumerate(flat)
-    ]  # fmt: skip
+    ]
     return keras.Model(inputs, tf.nest.pack_sequence_as(outputs, cast), name=model.name)
 
 

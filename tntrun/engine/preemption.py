@@ -40,8 +40,9 @@ class PreemptionGuard(keras.callbacks.Callback):
     on every rank after the step in which any rank passed one. ``agreement`` is a callback
     placed before this one (it reads the step's stop request)."""
 
-    def __init__(self, requests: StopRequests, agreement: StepAgreement,
-                 steps_per_epoch: int, epochs: int) -> None:  # fmt: skip
+    def __init__(
+        self, requests: StopRequests, agreement: StepAgreement, steps_per_epoch: int, epochs: int
+    ) -> None:
         super().__init__()
         self.requests, self.agreement = requests, agreement
         self.steps_per_epoch, self.epochs = steps_per_epoch, epochs
@@ -74,8 +75,9 @@ class PreemptionGuard(keras.callbacks.Callback):
             raise Preempted(epoch, done, step, self.requests.reason())
 
 
-def checkpoint_and_record(model: Any, stop: Preempted, meta: CheckpointMeta, run_dir: Path,
-                          keep: int) -> str:  # fmt: skip
+def checkpoint_and_record(
+    model: Any, stop: Preempted, meta: CheckpointMeta, run_dir: Path, keep: int
+) -> str:
     """Rank 0: publish the checkpoint of the agreed step and ``preempted.json``; every rank:
     wait for both. Returns the checkpoint's folder name."""
     name = ""
@@ -85,8 +87,14 @@ def checkpoint_and_record(model: Any, stop: Preempted, meta: CheckpointMeta, run
         state = state_checkpoint(model, model.optimizer)
         path = publish(run_dir, meta, lambda prefix: state.write(prefix), keep)
         name = path.name
-        record = {"why": stop.why, "epoch": stop.epoch, "batch": stop.batch, "step": stop.step,
-                  "checkpoint": name, "t": time.time()}  # fmt: skip
+        record = {
+            "why": stop.why,
+            "epoch": stop.epoch,
+            "batch": stop.batch,
+            "step": stop.step,
+            "checkpoint": name,
+            "t": time.time(),
+        }
         (run_dir / run_files.PREEMPTED).write_text(json.dumps(record, indent=2))
         print(f"{stop}; checkpoint saved: {path}", flush=True)
     return hvd.broadcast_object(name, root_rank=0, name="tntrun.preempted")

@@ -78,8 +78,9 @@ def _median_seconds(reduce: Callable, tensors: list[tf.Tensor], name: str) -> fl
 
     reduce(tensors)[-1].numpy()
     times = [timed() for _ in range(PROBE_REPEATS)]
-    wanted = np.clip(PROBE_SECONDS / max(float(np.median(times)), 1e-9), PROBE_REPEATS,
-                     MAX_PROBE_REPEATS)  # fmt: skip
+    wanted = np.clip(
+        PROBE_SECONDS / max(float(np.median(times)), 1e-9), PROBE_REPEATS, MAX_PROBE_REPEATS
+    )
     agreed = hvd.broadcast(tf.constant(int(wanted)), root_rank=0, name=f"{name}.repeats")
     times += [timed() for _ in range(int(agreed.numpy()) - PROBE_REPEATS)]
     return float(np.median(times))
@@ -88,8 +89,10 @@ def _median_seconds(reduce: Callable, tensors: list[tf.Tensor], name: str) -> fl
 def _allreduce_all(prefix: str, compression: Any = hvd.Compression.none) -> Callable:
     @tf.function
     def reduce(tensors):
-        return [hvd.allreduce(t, op=hvd.Average, name=f"{prefix}.{i}", compression=compression)
-                for i, t in enumerate(tensors)]  # fmt: skip
+        return [
+            hvd.allreduce(t, op=hvd.Average, name=f"{prefix}.{i}", compression=compression)
+            for i, t in enumerate(tensors)
+        ]
 
     return reduce
 
@@ -147,8 +150,13 @@ def _timed_fit(model, batches: tf.data.Dataset, steps: int) -> _StepClock:
     """Train ``WARMUP_STEPS + steps`` steps (the stream is repeated when it holds fewer
     batches) and return their clock with the warm-up steps dropped."""
     clock = _StepClock()
-    model.fit(batches.repeat().take(WARMUP_STEPS + steps), epochs=1, callbacks=[clock],
-              verbose=0, shuffle=False)  # fmt: skip
+    model.fit(
+        batches.repeat().take(WARMUP_STEPS + steps),
+        epochs=1,
+        callbacks=[clock],
+        verbose=0,
+        shuffle=False,
+    )
     if len(clock.ends) <= WARMUP_STEPS:
         raise RuntimeError("predict_scaling: too few training steps to time")
     del clock.begins[:WARMUP_STEPS], clock.ends[:WARMUP_STEPS]
@@ -183,8 +191,10 @@ def local_step_seconds(
     size, 1 included (timed to the batch-end hook, a 1-rank prediction missed it).
     Recompiles ``model``: call only once its trained weights are saved.
     """
-    model.compile(optimizer=build_optimizer(cfg.optimizer, plan.scaled_lr),
-                  **compile_spec(task, float(cfg.train.label_smoothing)))  # fmt: skip
+    model.compile(
+        optimizer=build_optimizer(cfg.optimizer, plan.scaled_lr),
+        **compile_spec(task, float(cfg.train.label_smoothing)),
+    )
     local = _timed_fit(model, batches, steps).cycles()  # as the run's steps are timed
     every_rank = hvd.allgather(tf.constant(local, tf.float64), name="scaling_probe.compute")
     return [float(t) for t in every_rank.numpy()]
@@ -230,9 +240,11 @@ def profile_run(
 
 
 def report(
-    profile: scaling_model.ScalingProfile, run_dir: Path, log: Callable[[dict, int], None],
+    profile: scaling_model.ScalingProfile,
+    run_dir: Path,
+    log: Callable[[dict, int], None],
     step: int,
-) -> None:  # fmt: skip
+) -> None:
     """Rank 0: print the prediction, write it to the run directory and log it."""
     rows = scaling_model.predict(profile)
     out = run_dir / OUTPUT_DIR
@@ -243,15 +255,23 @@ def report(
     (out / "profile.json").write_text(json.dumps(asdict(profile), indent=2))
     scaling_model.plot(profile, rows, out / "prediction.png")
     print(table, flush=True)
-    log({
-        "prediction_error": scaling_model.validation_error(profile),
-        "compute_step_time_ms": profile.compute_s * 1e3,
-        "allreduce_latency_us": profile.link.latency_s * 1e6,
-        "allreduce_bandwidth_gb_per_s": profile.link.bandwidth_bytes_per_s / 1e9,
-        "interaction_ms": profile.interaction_s * 1e3,
-        "profiled_step_time_ms": (profile.distributed_step_s or 0.0) * 1e3,
-    }, step)  # fmt: skip
+    log(
+        {
+            "prediction_error": scaling_model.validation_error(profile),
+            "compute_step_time_ms": profile.compute_s * 1e3,
+            "allreduce_latency_us": profile.link.latency_s * 1e6,
+            "allreduce_bandwidth_gb_per_s": profile.link.bandwidth_bytes_per_s / 1e9,
+            "interaction_ms": profile.interaction_s * 1e3,
+            "profiled_step_time_ms": (profile.distributed_step_s or 0.0) * 1e3,
+        },
+        step,
+    )
     for row in rows:  # one point per world size: the MLflow UI plots them against "step"
-        log({"predicted_step_time_ms": row.step_s * 1e3,
-             "predicted_samples_per_s": row.samples_per_s,
-             "predicted_efficiency": row.efficiency}, row.world_size)  # fmt: skip
+        log(
+            {
+                "predicted_step_time_ms": row.step_s * 1e3,
+                "predicted_samples_per_s": row.samples_per_s,
+                "predicted_efficiency": row.efficiency,
+            },
+            row.world_size,
+        )

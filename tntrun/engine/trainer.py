@@ -60,16 +60,20 @@ def user_callbacks(specs: dict[str, Any], is_master: bool) -> list[keras.callbac
     return chosen
 
 
-def input_pipelines(cfg: Any, plan: Plan, dataset: Any, info, rank: int, size: int,
-                    first_epoch: int | None = None):  # fmt: skip
+def input_pipelines(
+    cfg: Any, plan: Plan, dataset: Any, info, rank: int, size: int, first_epoch: int | None = None
+):
     """(train stream from ``first_epoch`` (default: the plan's), this rank's validation
     batches, its validation sample count)."""
     if not distributes_automatically(cfg.dataset):
         # Manual mode: the dataset shards and micro-batches itself for this rank.
         train, val = dataset.load_for_rank(
-            rank=rank, size=size, micro_batch=plan.micro_batch_size,
-            val_micro_batch=plan.val_micro_batch_size, seed=int(cfg.seed),
-        )  # fmt: skip
+            rank=rank,
+            size=size,
+            micro_batch=plan.micro_batch_size,
+            val_micro_batch=plan.val_micro_batch_size,
+            seed=int(cfg.seed),
+        )
         count = val.reduce(0, lambda n, batch: n + tf.shape(batch[0])[0])
         return train.repeat(), val, int(count.numpy())
     train_data, val_data = dataset.load()
@@ -114,8 +118,11 @@ def restore_and_broadcast(model, optimizer, plan: Plan) -> None:
     if plan.resume_from is not None and hvd.rank() == 0:
         precision.read_checkpoint(model, optimizer, str(Path(plan.resume_from) / STATE_PREFIX))
         optimizer.iterations.assign(plan.initial_step)
-        print(f"resumed from {plan.resume_from} at epoch {plan.initial_epoch}, "
-              f"step {plan.initial_step}", flush=True)  # fmt: skip
+        print(
+            f"resumed from {plan.resume_from} at epoch {plan.initial_epoch}, "
+            f"step {plan.initial_step}",
+            flush=True,
+        )
     dp.broadcast_state(model, optimizer, root_rank=0)
 
 
@@ -143,8 +150,9 @@ def save_clean_model(model, cfg, info, path: Path) -> None:
         print(f"tntrun: note: {note}", flush=True)
 
 
-def train(cfg: Any, plan: Plan, run_dir: Path,
-          requests: StopRequests | None = None) -> dict[str, float]:  # fmt: skip
+def train(
+    cfg: Any, plan: Plan, run_dir: Path, requests: StopRequests | None = None
+) -> dict[str, float]:
     """Train as one rank of ``plan``; return the final averaged metrics (same on all ranks).
 
     Raises :class:`Preempted` on every rank, after the checkpoint of the step they agreed
@@ -168,8 +176,11 @@ def train(cfg: Any, plan: Plan, run_dir: Path,
     )
     agreement = dp.agree_after_each_step(optimizer)  # for the non-finite and preemption guards
     # Horovod's ops are not XLA ops: train.jit_compile compiles the model's part alone.
-    model.compile(optimizer=optimizer, jit_compile=False,
-                  **compile_spec(info.task, float(cfg.train.label_smoothing)))  # fmt: skip
+    model.compile(
+        optimizer=optimizer,
+        jit_compile=False,
+        **compile_spec(info.task, float(cfg.train.label_smoothing)),
+    )
     if plan.jit_compile:
         precision.compile_gradients_with_xla(model)
     restore_and_broadcast(model, optimizer, plan)
@@ -191,18 +202,26 @@ def train(cfg: Any, plan: Plan, run_dir: Path,
         cb.ShardedValidation(val_ds, val_samples, int(cfg.train.epochs_between_evals)),
     ]
     if cfg.tracking.log_every_steps > 0:
-        callbacks.append(cb.StepMetrics(
-            int(cfg.tracking.log_every_steps), plan.global_batch_size,
-            metrics_log.log if metrics_log else None,
-        ))  # fmt: skip
+        callbacks.append(
+            cb.StepMetrics(
+                int(cfg.tracking.log_every_steps),
+                plan.global_batch_size,
+                metrics_log.log if metrics_log else None,
+            )
+        )
     callbacks += user_callbacks(OmegaConf.to_container(cfg.callbacks, resolve=True), rank == 0)
     if metrics_log is not None:
         if info.task == "translation" and hasattr(dataset, "val_text"):
-            callbacks.append(BleuEvaluation(
-                dataset, run_dir, int(cfg.train.epochs_between_evals),
-                int(cfg.train.bleu_max_sentences), int(cfg.train.bleu_beam_size),
-                info.input_shape[0],
-            ))  # fmt: skip
+            callbacks.append(
+                BleuEvaluation(
+                    dataset,
+                    run_dir,
+                    int(cfg.train.epochs_between_evals),
+                    int(cfg.train.bleu_max_sentences),
+                    int(cfg.train.bleu_beam_size),
+                    info.input_shape[0],
+                )
+            )
         callbacks += master_callbacks(
             cfg, plan, run_dir, metrics_log, lambda path: save_clean_model(model, cfg, info, path)
         )
@@ -212,8 +231,18 @@ def train(cfg: Any, plan: Plan, run_dir: Path,
         return input_pipelines(cfg, plan, dataset, info, rank, size, first_epoch)[0]
 
     try:
-        history = fit_with_rollbacks(model, optimizer, cfg, plan, run_dir, train_ds, stream,
-                                     callbacks, metrics_log, preemption)  # fmt: skip
+        history = fit_with_rollbacks(
+            model,
+            optimizer,
+            cfg,
+            plan,
+            run_dir,
+            train_ds,
+            stream,
+            callbacks,
+            metrics_log,
+            preemption,
+        )
     except Preempted as stop:
         meta = replace(checkpoint_meta(cfg, plan)(stop.epoch, stop.step), batch=stop.batch)
         checkpoint_and_record(model, stop, meta, run_dir, int(cfg.checkpoint.keep))
@@ -222,20 +251,42 @@ def train(cfg: Any, plan: Plan, run_dir: Path,
     # All ranks: they measure the matmul peak together; rank 0 gets the metrics.
     utilisation = model_flop_utilisation(model, info, plan, throughput.steady_state())
     if metrics_log is not None:
-        summary = {**throughput.steady_state(), "weights_rank_spread": sync_guard.final_spread,
-                   **utilisation, **precision.loss_scale_metrics(optimizer)}  # fmt: skip
+        summary = {
+            **throughput.steady_state(),
+            "weights_rank_spread": sync_guard.final_spread,
+            **utilisation,
+            **precision.loss_scale_metrics(optimizer),
+        }
         metrics_log.log(summary, step=plan.epochs - 1)
         save_final(model, cfg, info, run_dir)
     if cfg.predict_scaling:  # last: it recompiles the model, whose weights are saved by now
-        predict_scaling(model, cfg, plan, info.task, throughput, run_dir, metrics_log,
-                        input_pipelines(cfg, plan, dataset, info, rank, size)[0])  # fmt: skip
+        predict_scaling(
+            model,
+            cfg,
+            plan,
+            info.task,
+            throughput,
+            run_dir,
+            metrics_log,
+            input_pipelines(cfg, plan, dataset, info, rank, size)[0],
+        )
     if metrics_log is not None:
         metrics_log.close()
     return final
 
 
-def fit_with_rollbacks(model, optimizer, cfg, plan: Plan, run_dir: Path, train_ds,
-                       stream, callbacks, metrics_log, preemption: PreemptionGuard):  # fmt: skip
+def fit_with_rollbacks(
+    model,
+    optimizer,
+    cfg,
+    plan: Plan,
+    run_dir: Path,
+    train_ds,
+    stream,
+    callbacks,
+    metrics_log,
+    preemption: PreemptionGuard,
+):
     """``model.fit`` from the plan's epoch and batch; after a non-finite loss, fail
     (train.on_nonfinite=fail) or roll back to the last good state with a lower LR, up to
     train.max_rollbacks times."""
@@ -251,42 +302,71 @@ def fit_with_rollbacks(model, optimizer, cfg, plan: Plan, run_dir: Path, train_d
                     nonfinite.record(run_dir, event, "fail", rollbacks=rollbacks)
                 raise
             rollbacks += 1
-            epoch, batch, restored = nonfinite.roll_back(model, optimizer, plan, run_dir,
-                                                         snapshot)  # fmt: skip
+            epoch, batch, restored = nonfinite.roll_back(model, optimizer, plan, run_dir, snapshot)
             _, schedule = learning_rate_of(optimizer)  # the PlannedSchedule
             schedule.scale.assign(schedule.scale * float(cfg.train.rollback_lr_factor))
             lr_scale = float(schedule.scale.numpy())
             if metrics_log is not None:
-                nonfinite.record(run_dir, event, "rollback", rollback=rollbacks,
-                                 restored=restored, lr_scale=lr_scale)  # fmt: skip
+                nonfinite.record(
+                    run_dir,
+                    event,
+                    "rollback",
+                    rollback=rollbacks,
+                    restored=restored,
+                    lr_scale=lr_scale,
+                )
                 metrics_log.log({"rollbacks": rollbacks}, step=event.step)
-                print(f"{event}: rollback {rollbacks}/{cfg.train.max_rollbacks} to {restored} "
-                      f"(epoch {epoch}), LR x{lr_scale:g}", flush=True)  # fmt: skip
+                print(
+                    f"{event}: rollback {rollbacks}/{cfg.train.max_rollbacks} to {restored} "
+                    f"(epoch {epoch}), LR x{lr_scale:g}",
+                    flush=True,
+                )
             train_ds = stream(epoch)
 
 
-def fit_from(model, plan: Plan, epoch: int, batch: int, train_ds, stream, callbacks,
-             preemption: PreemptionGuard):  # fmt: skip
+def fit_from(
+    model,
+    plan: Plan,
+    epoch: int,
+    batch: int,
+    train_ds,
+    stream,
+    callbacks,
+    preemption: PreemptionGuard,
+):
     """Train epochs ``epoch``.. of the plan, the first from its ``batch``-th batch (a
     preempted run's checkpoint is mid-epoch): that epoch alone first, then the rest. The
     streams come shuffled by tntrun's input pipeline (``shuffle=False``: Keras cannot)."""
     spe, history = plan.steps_per_epoch, None
     if batch:
         preemption.start_at_batch(batch)
-        history = model.fit(train_ds.skip(batch), epochs=epoch + 1, initial_epoch=epoch,
-                            steps_per_epoch=spe - batch, callbacks=callbacks,
-                            verbose=0, shuffle=False)  # fmt: skip
+        history = model.fit(
+            train_ds.skip(batch),
+            epochs=epoch + 1,
+            initial_epoch=epoch,
+            steps_per_epoch=spe - batch,
+            callbacks=callbacks,
+            verbose=0,
+            shuffle=False,
+        )
         epoch += 1
         train_ds = stream(epoch) if epoch < plan.epochs else None
     if epoch < plan.epochs:
-        history = model.fit(train_ds, epochs=plan.epochs, initial_epoch=epoch,
-                            steps_per_epoch=spe, callbacks=callbacks, verbose=0,
-                            shuffle=False)  # fmt: skip
+        history = model.fit(
+            train_ds,
+            epochs=plan.epochs,
+            initial_epoch=epoch,
+            steps_per_epoch=spe,
+            callbacks=callbacks,
+            verbose=0,
+            shuffle=False,
+        )
     return history
 
 
-def predict_scaling(model, cfg, plan: Plan, task: str, throughput, run_dir: Path,
-                    metrics_log, batches) -> None:  # fmt: skip
+def predict_scaling(
+    model, cfg, plan: Plan, task: str, throughput, run_dir: Path, metrics_log, batches
+) -> None:
     """Profile this run on every rank; rank 0 prints, writes and logs the prediction."""
     from tntrun.engine import scaling_profile
 
@@ -322,13 +402,22 @@ def master_callbacks(
     ]
     ckpt = cfg.checkpoint
     if ckpt.every_epochs > 0 or ckpt.monitor:
-        chosen.append(cb.Checkpointer(
-            run_dir, int(ckpt.every_epochs), int(ckpt.keep), checkpoint_meta(cfg, plan),
-            min_interval_s=float(ckpt.min_interval_s), monitor=ckpt.monitor,
-            mode=str(ckpt.mode), save_model=save_model,
-        ))  # fmt: skip
+        chosen.append(
+            cb.Checkpointer(
+                run_dir,
+                int(ckpt.every_epochs),
+                int(ckpt.keep),
+                checkpoint_meta(cfg, plan),
+                min_interval_s=float(ckpt.min_interval_s),
+                monitor=ckpt.monitor,
+                mode=str(ckpt.mode),
+                save_model=save_model,
+            )
+        )
     if cfg.train.tensorboard:
-        chosen.append(keras.callbacks.TensorBoard(
-            log_dir=str(run_dir / TENSORBOARD), profile_batch=cfg.train.profile_batches or 0
-        ))  # fmt: skip
+        chosen.append(
+            keras.callbacks.TensorBoard(
+                log_dir=str(run_dir / TENSORBOARD), profile_batch=cfg.train.profile_batches or 0
+            )
+        )
     return chosen

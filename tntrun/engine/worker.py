@@ -82,8 +82,9 @@ def main(argv: list[str]) -> int:
     from tntrun.engine import runtime
 
     try:
-        runtime.init(plan.threads_per_rank, int(cfg.seed), bool(cfg.deterministic),
-                     plan.gpus_per_node)  # fmt: skip
+        runtime.init(
+            plan.threads_per_rank, int(cfg.seed), bool(cfg.deterministic), plan.gpus_per_node
+        )
     except runtime.MissingDevice as missing:
         print(f"tntrun: config error: {missing}", flush=True)
         return EXIT_CONFIG_ERROR
@@ -96,8 +97,10 @@ def main(argv: list[str]) -> int:
     try:
         final = train(cfg, plan, run_dir, requests)
     except NonFiniteLoss as stopped:  # every rank stops here at the same step
-        print(f"rank {rank}: stopped: {stopped} (train.on_nonfinite={cfg.train.on_nonfinite})",
-              flush=True)  # fmt: skip
+        print(
+            f"rank {rank}: stopped: {stopped} (train.on_nonfinite={cfg.train.on_nonfinite})",
+            flush=True,
+        )
         return EXIT_NONFINITE
     except UserModelError as refused:  # the same on every rank, before any step
         print(f"tntrun: config error: {refused}", flush=True)

@@ -35,8 +35,11 @@ STOPPED = "stopped"  # the driver's last beat: its ranks end now
 
 def driver_tags() -> dict[str, str]:
     """This driver process, as a run records it (:func:`lost_driver` reads it back)."""
-    return {"driver_host": socket.gethostname(), "driver_pid": str(os.getpid()),
-            "driver_started": f"{process_start_time():.2f}"}  # fmt: skip
+    return {
+        "driver_host": socket.gethostname(),
+        "driver_pid": str(os.getpid()),
+        "driver_started": f"{process_start_time():.2f}",
+    }
 
 
 class DriverHeartbeat(threading.Thread):
@@ -70,8 +73,9 @@ class DriverHeartbeat(threading.Thread):
             self.beat(STOPPED)
 
 
-def watch_driver(run_dir: Path, on_lost: Callable[[str], None] | None = None,
-                 lost_after: float = LOST_AFTER_S) -> threading.Thread | None:  # fmt: skip
+def watch_driver(
+    run_dir: Path, on_lost: Callable[[str], None] | None = None, lost_after: float = LOST_AFTER_S
+) -> threading.Thread | None:
     """The ranks' side: a thread calling ``on_lost(why)`` (default: end this process)
     once the driver stopped, or its heartbeat has not changed for ``lost_after`` seconds.
     None without a heartbeat (a rank started by hand)."""
@@ -107,8 +111,9 @@ def watch_driver(run_dir: Path, on_lost: Callable[[str], None] | None = None,
     return thread
 
 
-def lost_driver(tags: dict[str, str], here: str | None = None,
-                now: float | None = None) -> str | None:  # fmt: skip
+def lost_driver(
+    tags: dict[str, str], here: str | None = None, now: float | None = None
+) -> str | None:
     """Why the driver that recorded ``tags`` is gone, or None if it may still be running.
 
     On this host its pid must still be the same process (same start time); on another

@@ -21,10 +21,17 @@ class HorovodrunLauncher(Launcher):
             else:
                 env.update(knob.env)
         command = (
-            spec.horovodrun, "--gloo", "-np", str(spec.world_size),
-            "-H", ",".join(f"{host}:{slots}" for host, slots in spec.hosts),
-            "--start-timeout", str(spec.start_timeout), *args, *spec.worker,
-        )  # fmt: skip
+            spec.horovodrun,
+            "--gloo",
+            "-np",
+            str(spec.world_size),
+            "-H",
+            ",".join(f"{host}:{slots}" for host, slots in spec.hosts),
+            "--start-timeout",
+            str(spec.start_timeout),
+            *args,
+            *spec.worker,
+        )
         return command, env
 
     def preflight(self, plan: Any, cfg: Any, run_dir: Path) -> None:
@@ -38,5 +45,8 @@ class HorovodrunLauncher(Launcher):
             [host for host, _ in plan.hosts],
             sys.executable,  # the ranks' interpreter, at the same path on every host
             {name: found.get(f"version.{name}") for name in ("tntrun", "tensorflow", "horovod")},
-            hvd.ssh_port, hvd.ssh_identity_file, int(hvd.start_timeout), run_dir,
-        )  # fmt: skip
+            hvd.ssh_port,
+            hvd.ssh_identity_file,
+            int(hvd.start_timeout),
+            run_dir,
+        )

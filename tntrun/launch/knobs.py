@@ -38,8 +38,9 @@ class HorovodKnob:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> HorovodKnob:
-        return cls(**{**raw, "env": tuple(tuple(kv) for kv in raw["env"]),
-                      "args": tuple(raw["args"])})  # fmt: skip
+        return cls(
+            **{**raw, "env": tuple(tuple(kv) for kv in raw["env"]), "args": tuple(raw["args"])}
+        )
 
 
 def horovod_knobs(hvd: Mapping[str, Any], run_dir: Path) -> tuple[HorovodKnob, ...]:
@@ -63,27 +64,48 @@ def horovod_knobs(hvd: Mapping[str, Any], run_dir: Path) -> tuple[HorovodKnob, .
         )
     if hvd.get("autotune"):
         log = str(run_dir / run_files.AUTOTUNE_LOG)
-        knobs.append(HorovodKnob(
-            "autotune", True, env=(("HOROVOD_AUTOTUNE", "1"), ("HOROVOD_AUTOTUNE_LOG", log)),
-            args=("--autotune", "--autotune-log-file", log),
-        ))  # fmt: skip
+        knobs.append(
+            HorovodKnob(
+                "autotune",
+                True,
+                env=(("HOROVOD_AUTOTUNE", "1"), ("HOROVOD_AUTOTUNE_LOG", log)),
+                args=("--autotune", "--autotune-log-file", log),
+            )
+        )
     if hvd.get("timeline"):
         timeline = str(run_dir / run_files.TIMELINE)
-        knobs.append(HorovodKnob("timeline", True, env=(("HOROVOD_TIMELINE", timeline),),
-                                 args=("--timeline-filename", timeline)))  # fmt: skip
+        knobs.append(
+            HorovodKnob(
+                "timeline",
+                True,
+                env=(("HOROVOD_TIMELINE", timeline),),
+                args=("--timeline-filename", timeline),
+            )
+        )
     if hvd.get("hierarchical_allreduce"):
-        knobs.append(HorovodKnob(
-            "hierarchical_allreduce", True, env=(("HOROVOD_HIERARCHICAL_ALLREDUCE", "1"),),
-            args=("--hierarchical-allreduce",),
-        ))  # fmt: skip
+        knobs.append(
+            HorovodKnob(
+                "hierarchical_allreduce",
+                True,
+                env=(("HOROVOD_HIERARCHICAL_ALLREDUCE", "1"),),
+                args=("--hierarchical-allreduce",),
+            )
+        )
     if hvd.get("network_interface") is not None:
         nic = str(hvd["network_interface"])
-        knobs.append(HorovodKnob("network_interface", nic, env=(("HOROVOD_GLOO_IFACE", nic),),
-                                 args=("--network-interface", nic)))  # fmt: skip
+        knobs.append(
+            HorovodKnob(
+                "network_interface",
+                nic,
+                env=(("HOROVOD_GLOO_IFACE", nic),),
+                args=("--network-interface", nic),
+            )
+        )
     for key, flag in (("ssh_port", "-p"), ("ssh_identity_file", "-i")):
         if hvd.get(key) is not None:
-            knobs.append(HorovodKnob(key, hvd[key], args=(flag, str(hvd[key])),
-                                     launcher_only="horovodrun"))  # fmt: skip
+            knobs.append(
+                HorovodKnob(key, hvd[key], args=(flag, str(hvd[key])), launcher_only="horovodrun")
+            )
     compression = str(hvd.get("compression", "none"))
     knobs.append(HorovodKnob("compression", compression, in_rank=True))
     passes = int(hvd.get("backward_passes_per_step", 1))

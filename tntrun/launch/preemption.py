@@ -30,9 +30,14 @@ from tntrun.launch.stop_signals import signal_number
 class StopOnSignals:
     """The driver's handling of stop signals while a run is launched."""
 
-    def __init__(self, run_dir: Path, signals: list[str], grace_s: float,
-                 ranks_running: Callable[[], bool],
-                 stop_ranks: Callable[[], None]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        run_dir: Path,
+        signals: list[str],
+        grace_s: float,
+        ranks_running: Callable[[], bool],
+        stop_ranks: Callable[[], None],
+    ) -> None:
         self.request_file = run_dir / run_files.STOP_REQUEST
         self.signals = {signal_number(name) for name in signals}
         self.grace_s, self.ranks_running, self.stop_ranks = grace_s, ranks_running, stop_ranks
@@ -61,16 +66,24 @@ class StopOnSignals:
             raise KeyboardInterrupt  # stop now: Ctrl-C's path
         self.received = sig
         self.request_file.write_text(sig.name)
-        print(f"tntrun: {sig.name}: the ranks stop at the next step they agree on, checkpoint "
-              f"it and exit (up to {self.grace_s:g} s, train.preempt_grace_s; signal again to "
-              "stop at once)", file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"tntrun: {sig.name}: the ranks stop at the next step they agree on, checkpoint "
+            f"it and exit (up to {self.grace_s:g} s, train.preempt_grace_s; signal again to "
+            "stop at once)",
+            file=sys.stderr,
+            flush=True,
+        )
         self._deadline = threading.Timer(self.grace_s, self._too_late)
         self._deadline.daemon = True
         self._deadline.start()
 
     def _too_late(self) -> None:
-        print(f"tntrun: the ranks did not stop within {self.grace_s:g} s "
-              "(train.preempt_grace_s); stopping them", file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"tntrun: the ranks did not stop within {self.grace_s:g} s "
+            "(train.preempt_grace_s); stopping them",
+            file=sys.stderr,
+            flush=True,
+        )
         self.stop_ranks()
 
 
@@ -85,9 +98,12 @@ def requeue_after(received: signal.Signals | None, env: Mapping[str, str]) -> No
     if done.returncode == 0:
         print(f"tntrun: requeued Slurm job {job}; it continues this run", flush=True)
     else:
-        print(f"tntrun: could not requeue Slurm job {job} ({done.stderr.strip()}): submit "
-              "with --requeue, or continue with resume=auto", file=sys.stderr,
-              flush=True)  # fmt: skip
+        print(
+            f"tntrun: could not requeue Slurm job {job} ({done.stderr.strip()}): submit "
+            "with --requeue, or continue with resume=auto",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def job_restart(env: Mapping[str, str]) -> str | None:

@@ -74,8 +74,10 @@ def find_failure(directory: Path) -> RankFailure | None:
     """
     launcher = directory / f"{LAUNCHER}.log"
     launcher_text = launcher.read_text() if launcher.exists() else ""
-    logs = {int(log.stem.split(".")[1]): log.read_text(errors="replace")
-            for log in directory.glob("rank.*.log")}  # fmt: skip
+    logs = {
+        int(log.stem.split(".")[1]): log.read_text(errors="replace")
+        for log in directory.glob("rank.*.log")
+    }
     named = FIRST_FAILED.search(launcher_text)
     first = int(named.group(1)) if named else None
     order = sorted(logs, key=lambda rank: (rank != first, rank))

@@ -56,8 +56,15 @@ def is_local(host: str, local: set[str]) -> bool:
 
 
 def ssh_command(host: str, port: int | None, identity: str | None, timeout: int) -> list[str]:
-    command = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
-               "-o", f"ConnectTimeout={timeout}"]  # fmt: skip
+    command = [
+        "ssh",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "StrictHostKeyChecking=no",
+        "-o",
+        f"ConnectTimeout={timeout}",
+    ]
     if port:
         command += ["-p", str(port)]
     if identity:
@@ -65,45 +72,68 @@ def ssh_command(host: str, port: int | None, identity: str | None, timeout: int)
     return [*command, host]
 
 
-def check_host(host: str, python: str, expected: Mapping[str, str | None], port: int | None,
-               identity: str | None, timeout: int,
-               token: tuple[Path, str]) -> str | None:  # fmt: skip
+def check_host(
+    host: str,
+    python: str,
+    expected: Mapping[str, str | None],
+    port: int | None,
+    identity: str | None,
+    timeout: int,
+    token: tuple[Path, str],
+) -> str | None:
     """The problem with ``host`` as one line, or None when it is ready."""
     token_path, token_text = token
     remote = f"{shlex.quote(python)} -c {shlex.quote(PROBE)} {shlex.quote(str(token_path))}"
     try:
-        done = subprocess.run([*ssh_command(host, port, identity, timeout), remote],
-                              capture_output=True, text=True, timeout=timeout + 5)  # fmt: skip
+        done = subprocess.run(
+            [*ssh_command(host, port, identity, timeout), remote],
+            capture_output=True,
+            text=True,
+            timeout=timeout + 5,
+        )
     except subprocess.TimeoutExpired:
-        return (f"host {host}: no ssh answer within {timeout} s (horovod.start_timeout): "
-                "check the host name, horovod.ssh_port and the network")  # fmt: skip
+        return (
+            f"host {host}: no ssh answer within {timeout} s (horovod.start_timeout): "
+            "check the host name, horovod.ssh_port and the network"
+        )
     if done.returncode == 255:
         why = (done.stderr.strip().splitlines() or ["ssh failed"])[-1]
         port_text = f"port {port}" if port else "port 22"
-        return (f"host {host}: unreachable by ssh ({port_text}): {why}; check hosts, "
-                "horovod.ssh_port and horovod.ssh_identity_file")  # fmt: skip
+        return (
+            f"host {host}: unreachable by ssh ({port_text}): {why}; check hosts, "
+            "horovod.ssh_port and horovod.ssh_identity_file"
+        )
     if done.returncode != 0:
         why = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return (f"host {host}: {python} does not run there ({why}): install the same "
-                "environment at the same path on every host")  # fmt: skip
+        return (
+            f"host {host}: {python} does not run there ({why}): install the same "
+            "environment at the same path on every host"
+        )
     try:
         found = json.loads(done.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return f"host {host}: unexpected answer from {python}: {done.stdout[-200:]!r}"
     different = [f"{k} {found.get(k)} (here {v})" for k, v in expected.items() if found.get(k) != v]
     if different:
-        return (f"host {host} runs {', '.join(different)}: install the same versions "
-                "on every host")  # fmt: skip
+        return f"host {host} runs {', '.join(different)}: install the same versions on every host"
     if found.get("token") != token_text:
-        return (f"host {host} does not see the run directory {token_path.parent}: its ranks "
-                "write there and the driver reads it; put output_root on a filesystem every "
-                "host shares (NFS, Lustre, GPFS)")  # fmt: skip
+        return (
+            f"host {host} does not see the run directory {token_path.parent}: its ranks "
+            "write there and the driver reads it; put output_root on a filesystem every "
+            "host shares (NFS, Lustre, GPFS)"
+        )
     return None
 
 
-def preflight_hosts(hosts: Sequence[str], python: str, versions: Mapping[str, str | None],
-                    port: int | None, identity: str | None, timeout: int,
-                    run_dir: Path) -> None:  # fmt: skip
+def preflight_hosts(
+    hosts: Sequence[str],
+    python: str,
+    versions: Mapping[str, str | None],
+    port: int | None,
+    identity: str | None,
+    timeout: int,
+    run_dir: Path,
+) -> None:
     """Raise PlanError listing every remote host that is not ready (checked in parallel):
     unreachable, other versions, or not seeing ``run_dir``."""
     local = local_addresses()
@@ -114,9 +144,12 @@ def preflight_hosts(hosts: Sequence[str], python: str, versions: Mapping[str, st
     token[0].write_text(token[1])
     try:
         with ThreadPoolExecutor(max_workers=min(16, len(remote))) as pool:
-            problems = list(pool.map(
-                lambda h: check_host(h, python, versions, port, identity, timeout, token), remote
-            ))  # fmt: skip
+            problems = list(
+                pool.map(
+                    lambda h: check_host(h, python, versions, port, identity, timeout, token),
+                    remote,
+                )
+            )
     finally:
         token[0].unlink(missing_ok=True)
     found = [p for p in problems if p]

@@ -27,19 +27,25 @@ class SrunLauncher(Launcher):
     def problems(self, spec: LaunchSpec) -> list[str]:
         env = spec.env
         if not env.get("SLURM_JOB_NODELIST"):
-            return ["launcher=srun needs a Slurm allocation (salloc/sbatch): no "
-                    "SLURM_JOB_NODELIST here; use launcher=horovodrun"]  # fmt: skip
+            return [
+                "launcher=srun needs a Slurm allocation (salloc/sbatch): no "
+                "SLURM_JOB_NODELIST here; use launcher=horovodrun"
+            ]
         # Every other knob reaches the ranks as HOROVOD_* variables (command()); these cannot.
         no_effect = [knob for knob in spec.knobs if knob.launcher_only not in (None, self.name)]
         if no_effect:
-            return [f"horovod.{knob.key}={knob.value} has no effect with launcher=srun (srun "
-                    "starts the ranks, nothing connects over ssh): remove it"
-                    for knob in no_effect]  # fmt: skip
+            return [
+                f"horovod.{knob.key}={knob.value} has no effect with launcher=srun (srun "
+                "starts the ranks, nothing connects over ssh): remove it"
+                for knob in no_effect
+            ]
         nodes = expand_slurm_nodelist(env["SLURM_JOB_NODELIST"])
         if len(spec.hosts) > len(nodes):
-            return [f"nodes={len(spec.hosts)}: the Slurm allocation has {len(nodes)} node(s) "
-                    f"({env['SLURM_JOB_NODELIST']}); set nodes={len(nodes)} or allocate "
-                    f"-N {len(spec.hosts)}"]  # fmt: skip
+            return [
+                f"nodes={len(spec.hosts)}: the Slurm allocation has {len(nodes)} node(s) "
+                f"({env['SLURM_JOB_NODELIST']}); set nodes={len(nodes)} or allocate "
+                f"-N {len(spec.hosts)}"
+            ]
         cpus = allocated_cpus_per_node(env)
         per_node = max(slots for _, slots in spec.hosts)
         if cpus and per_node > min(cpus):
@@ -59,10 +65,17 @@ class SrunLauncher(Launcher):
         # --overlap: the step shares the allocation with the driver's own step (sbatch's
         # batch step, or submitit's task); each rank gets its share of a node's CPUs.
         command = (
-            "srun", f"--nodes={len(spec.hosts)}", f"--ntasks={spec.world_size}",
-            f"--ntasks-per-node={per_node}", f"--cpus-per-task={cpus_per_rank}",
-            "--overlap", "--distribution=block", "--kill-on-bad-exit=1", "--label", *spec.worker,
-        )  # fmt: skip
+            "srun",
+            f"--nodes={len(spec.hosts)}",
+            f"--ntasks={spec.world_size}",
+            f"--ntasks-per-node={per_node}",
+            f"--cpus-per-task={cpus_per_rank}",
+            "--overlap",
+            "--distribution=block",
+            "--kill-on-bad-exit=1",
+            "--label",
+            *spec.worker,
+        )
         return command, env
 
     @contextmanager
@@ -71,14 +84,18 @@ class SrunLauncher(Launcher):
         hosts = ",".join(f"{host}:{slots}" for host, slots in plan.hosts)
         server = subprocess.Popen(
             [sys.executable, "-m", "tntrun.launch.rendezvous_server", hosts],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         try:
             line = server.stdout.readline().split()
             if len(line) != 2 or line[0] != "port":
                 raise RuntimeError(f"the rendezvous server did not start (said {line!r})")
-            yield {"HOROVOD_GLOO_RENDEZVOUS_ADDR": driver_address(cfg.horovod.network_interface),
-                   "HOROVOD_GLOO_RENDEZVOUS_PORT": line[1]}  # fmt: skip
+            yield {
+                "HOROVOD_GLOO_RENDEZVOUS_ADDR": driver_address(cfg.horovod.network_interface),
+                "HOROVOD_GLOO_RENDEZVOUS_PORT": line[1],
+            }
         finally:
             server.stdin.close()
             try:

@@ -54,8 +54,14 @@ class StallWatchdog(threading.Thread):
     Armed by the first heartbeat (start-up and model building are not watched).
     """
 
-    def __init__(self, directory: Path, world_size: int, timeout: float,
-                 on_stall: Callable[[str], None], poll: float = 1.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        directory: Path,
+        world_size: int,
+        timeout: float,
+        on_stall: Callable[[str], None],
+        poll: float = 1.0,
+    ) -> None:
         super().__init__(name="tntrun-stall-watchdog", daemon=True)
         self.directory, self.world_size, self.timeout = directory, world_size, timeout
         self.on_stall, self.poll = on_stall, poll

@@ -27,8 +27,16 @@ STATE_PREFIX = "state"
 BEST = "best"  # checkpoints/best: the best by checkpoint.monitor
 BEST_META = "best.json"
 # Keys that may change between an interrupted run and its resumption.
-VOLATILE_KEYS = ("train", "dry_run", "output_root", "tracking", "checkpoint", "resume",
-                 "resume_allow_layout_change", "callbacks")  # fmt: skip
+VOLATILE_KEYS = (
+    "train",
+    "dry_run",
+    "output_root",
+    "tracking",
+    "checkpoint",
+    "resume",
+    "resume_allow_layout_change",
+    "callbacks",
+)
 
 
 @dataclass(frozen=True)
@@ -70,9 +78,11 @@ def read_meta(checkpoint: Path) -> CheckpointMeta:
 
 
 def _write_atomically(
-    final: Path, meta: CheckpointMeta, write_state: Callable[[str], None],
+    final: Path,
+    meta: CheckpointMeta,
+    write_state: Callable[[str], None],
     extra: Mapping[str, Any] | None = None,
-) -> Path:  # fmt: skip
+) -> Path:
     """Write a checkpoint folder under a temporary name and rename it to ``final``."""
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -121,9 +131,12 @@ def adopt(checkpoint: Path, run_dir: Path) -> Path:
 
 
 def publish_best(
-    run_dir: Path, meta: CheckpointMeta, write_state: Callable[[str], None],
-    monitor: str, value: float,
-) -> Path:  # fmt: skip
+    run_dir: Path,
+    meta: CheckpointMeta,
+    write_state: Callable[[str], None],
+    monitor: str,
+    value: float,
+) -> Path:
     """Replace ``checkpoints/best`` (kept apart from the newest ``keep``; resume ignores it)."""
     best = {"monitor": monitor, "value": value, "epoch": meta.epoch, "step": meta.step}
     return _write_atomically(run_dir / CHECKPOINTS / BEST, meta, write_state, best)

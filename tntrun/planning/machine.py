@@ -71,7 +71,9 @@ def device_problems(hosts: Sequence[tuple[str, int]], gpus: int, facts: MachineF
     a dry run may plan for GPUs elsewhere). Remote hosts are checked by their ranks."""
     here = any(host in (LOCALHOST, facts.hostname) for host, _ in hosts)
     if gpus > 0 and here and facts.gpus < gpus:
-        return [f"gpus={gpus}: this node ({facts.hostname}) shows {facts.gpus} GPU(s) "
-                f"({facts.gpu_probe}): run on a node with {gpus} GPUs or set gpus=0 for CPU "
-                "ranks"]  # fmt: skip
+        return [
+            f"gpus={gpus}: this node ({facts.hostname}) shows {facts.gpus} GPU(s) "
+            f"({facts.gpu_probe}): run on a node with {gpus} GPUs or set gpus=0 for CPU "
+            "ranks"
+        ]
     return []

@@ -134,11 +134,21 @@ class Plan:
     def summary_params(self) -> dict[str, Any]:
         """Plan values worth logging as run parameters (prefixed ``plan.``)."""
         keys = (
-            "world_size", "nodes", "ranks_per_node", "threads_per_rank", "global_batch_size",
-            "micro_batch_size", "val_micro_batch_size", "effective_batch_size",
-            "steps_per_epoch", "schedule_epochs", "total_steps", "optimizer_steps", "scaled_lr",
+            "world_size",
+            "nodes",
+            "ranks_per_node",
+            "threads_per_rank",
+            "global_batch_size",
+            "micro_batch_size",
+            "val_micro_batch_size",
+            "effective_batch_size",
+            "steps_per_epoch",
+            "schedule_epochs",
+            "total_steps",
+            "optimizer_steps",
+            "scaled_lr",
             "fusion_threshold_bytes",
-        )  # fmt: skip
+        )
         params = {f"plan.{k}": getattr(self, k) for k in keys}
         params["plan.warmup_steps"] = self.schedule.warmup_steps
         params["plan.decay_steps"] = ",".join(map(str, self.schedule.boundaries))
@@ -211,9 +221,14 @@ def schedule_length(sched: Mapping[str, Any], train_epochs: int) -> tuple[int, s
 
 
 def schedule_params(
-    sched: Mapping[str, Any], *, peak_lr: float, world: int, updates_per_epoch: float,
-    epochs: int, length_key: str,
-) -> ScheduleParams:  # fmt: skip
+    sched: Mapping[str, Any],
+    *,
+    peak_lr: float,
+    world: int,
+    updates_per_epoch: float,
+    epochs: int,
+    length_key: str,
+) -> ScheduleParams:
     """Convert the epoch-denominated schedule config into training steps, checking it.
 
     ``epochs`` is the schedule's length (``schedule.epochs``, else ``train.epochs``),
@@ -331,11 +346,15 @@ def build_plan(
     spec = None
     if hosts and knobs is not None and launcher is not None:
         spec = LaunchSpec(
-            hosts=hosts, world_size=world, knobs=knobs,
+            hosts=hosts,
+            world_size=world,
+            knobs=knobs,
             worker=(facts.python, "-m", WORKER_MODULE, str(run_dir)),
             start_timeout=int(cfg["horovod"].get("start_timeout", 60)),
-            cpu_only=gpus == 0, horovodrun=facts.horovodrun, env=facts.env,
-        )  # fmt: skip
+            cpu_only=gpus == 0,
+            horovodrun=facts.horovodrun,
+            env=facts.env,
+        )
         problems.extend(launcher.problems(spec))
     if problems or not batches or spec is None:
         raise PlanError(problems)
@@ -363,16 +382,23 @@ def build_plan(
     # does, also under gradient accumulation.
     schedule_epochs, length_key = schedule_length(sched, epochs)
     schedule = schedule_params(
-        sched, peak_lr=scaled, world=world, updates_per_epoch=steps,
-        epochs=schedule_epochs, length_key=length_key,
-    )  # fmt: skip
+        sched,
+        peak_lr=scaled,
+        world=world,
+        updates_per_epoch=steps,
+        epochs=schedule_epochs,
+        length_key=length_key,
+    )
 
     initial_epoch, initial_step, initial_batch = 0, 0, 0
     if resume is not None:
         initial_epoch, initial_step, initial_batch = resume_position(
-            resume, world=world, global_batch=global_batch, updates_per_epoch=steps,
+            resume,
+            world=world,
+            global_batch=global_batch,
+            updates_per_epoch=steps,
             epochs=epochs,
-        )  # fmt: skip
+        )
     sockets = int(cfg.get("sockets_per_node") or facts.sockets_per_node)
     command, env = launcher.command(spec)
     fusion = next((k.value * 1024 for k in knobs if k.key == "fusion_threshold_kb"), None)

@@ -80,8 +80,12 @@ def find_run_dir(reference: str, lookup: RunDirLookup, store: str) -> Path:
     return Path(recorded)
 
 
-def merge_overrides(base: DictConfig, overrides: Iterable[str], groups: Iterable[str],
-                    kept: Mapping[str, str] | None = None) -> None:  # fmt: skip
+def merge_overrides(
+    base: DictConfig,
+    overrides: Iterable[str],
+    groups: Iterable[str],
+    kept: Mapping[str, str] | None = None,
+) -> None:
     """Apply the command line's ``key=value`` overrides to a stored config, in place.
 
     Group choices (``model=...``) cannot change a run being resumed; repeating the
@@ -103,14 +107,20 @@ def merge_overrides(base: DictConfig, overrides: Iterable[str], groups: Iterable
                 "start a new run to change it"
             )
         # Replace, not merge: `callbacks={}` drops the run's extra callbacks.
-        OmegaConf.update(base, key, override.value(), merge=False,
-                         force_add=key.startswith("callbacks."))  # fmt: skip
+        OmegaConf.update(
+            base, key, override.value(), merge=False, force_add=key.startswith("callbacks.")
+        )
 
 
 def load_resumed_run(
-    reference: str, lookup: RunDirLookup, store: str, overrides: Iterable[str],
-    groups: Iterable[str], allow_layout_change: bool, how: str = "",
-) -> ResumedRun:  # fmt: skip
+    reference: str,
+    lookup: RunDirLookup,
+    store: str,
+    overrides: Iterable[str],
+    groups: Iterable[str],
+    allow_layout_change: bool,
+    how: str = "",
+) -> ResumedRun:
     """Everything the driver needs to continue the referenced run."""
     run_dir = find_run_dir(reference, lookup, store)
     checkpoint = latest_checkpoint(run_dir)

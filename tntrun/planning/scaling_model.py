@@ -167,13 +167,15 @@ def predict(profile: ScalingProfile, worlds: Sequence[int] = PREDICTED_WORLD_SIZ
     rows = []
     for world in worlds:
         step = profile.step_s(world)
-        rows.append(Prediction(
-            world_size=world,
-            step_s=step,
-            allreduce_s=profile.communication_s(world),
-            samples_per_s=world * profile.micro_batch_size / step,
-            efficiency=single / step,
-        ))  # fmt: skip
+        rows.append(
+            Prediction(
+                world_size=world,
+                step_s=step,
+                allreduce_s=profile.communication_s(world),
+                samples_per_s=world * profile.micro_batch_size / step,
+                efficiency=single / step,
+            )
+        )
     return rows
 
 
@@ -253,9 +255,15 @@ def plot(profile: ScalingProfile, rows: Sequence[Prediction], path) -> None:
     speed.plot(worlds, [r.samples_per_s for r in rows], marker="o", label="predicted")
     speed.plot(worlds, [w * rows[0].samples_per_s for w in worlds], linestyle=":", label="ideal")
     measured = profile.profiled_world_size
-    speed.plot([measured], [measured * profile.micro_batch_size / profile.measured_step_s],
-               marker="x", color="tab:red", linestyle="none", markersize=9,
-               label="measured")  # fmt: skip
+    speed.plot(
+        [measured],
+        [measured * profile.micro_batch_size / profile.measured_step_s],
+        marker="x",
+        color="tab:red",
+        linestyle="none",
+        markersize=9,
+        label="measured",
+    )
     speed.set_ylabel("samples/s")
     speed.set_yscale("log")
     speed.legend()

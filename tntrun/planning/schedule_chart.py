@@ -75,19 +75,27 @@ def schedule_svg(plan: Plan) -> str:
         x = axes.x(tick)
         parts.append(f'<line x1="{x:.1f}" y1="{TOP}" x2="{x:.1f}" y2="{bottom}" stroke="{GRID}"/>')
         parts.append(f'<text x="{x:.1f}" y="{bottom + 16}" text-anchor="middle">{tick:g}</text>')
-    parts.append(f'<rect x="{LEFT}" y="{TOP}" width="{axes.width}" height="{axes.height}" '
-                 'fill="none" stroke="#333"/>')  # fmt: skip
+    parts.append(
+        f'<rect x="{LEFT}" y="{TOP}" width="{axes.width}" height="{axes.height}" '
+        'fill="none" stroke="#333"/>'
+    )
     points = " ".join(f"{axes.x(s):.2f},{axes.y(r):.2f}" for s, r in zip(steps, rates, strict=True))
-    parts.append(f'<polyline class="lr" fill="none" stroke="{LINE}" stroke-width="1.5" '
-                 f'points="{points}"/>')  # fmt: skip
+    parts.append(
+        f'<polyline class="lr" fill="none" stroke="{LINE}" stroke-width="1.5" points="{points}"/>'
+    )
     if plan.stops_early:
         x = axes.x(plan.total_steps)
-        parts.append(f'<line class="stop" x1="{x:.1f}" y1="{TOP}" x2="{x:.1f}" y2="{bottom}" '
-                     f'stroke="{STOP}" stroke-dasharray="5,3"/>')  # fmt: skip
-        parts.append(f'<text x="{right - 6}" y="{TOP + 16}" text-anchor="end" fill="{STOP}">'
-                     f"-- this run stops (epoch {plan.epochs})</text>")  # fmt: skip
-    title = (f"{plan.schedule.name}: peak {plan.scaled_lr:g}, global batch "
-             f"{plan.effective_batch_size}")  # fmt: skip
+        parts.append(
+            f'<line class="stop" x1="{x:.1f}" y1="{TOP}" x2="{x:.1f}" y2="{bottom}" '
+            f'stroke="{STOP}" stroke-dasharray="5,3"/>'
+        )
+        parts.append(
+            f'<text x="{right - 6}" y="{TOP + 16}" text-anchor="end" fill="{STOP}">'
+            f"-- this run stops (epoch {plan.epochs})</text>"
+        )
+    title = (
+        f"{plan.schedule.name}: peak {plan.scaled_lr:g}, global batch {plan.effective_batch_size}"
+    )
     parts += [
         f'<text x="{WIDTH / 2}" y="{TOP - 12}" text-anchor="middle" font-size="13">'
         f"{escape(title)}</text>",

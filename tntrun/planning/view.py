@@ -35,48 +35,83 @@ def _rows(plan: Plan) -> list[tuple[str, str]]:
         ("device", f"{plan.gpus_per_node} GPU(s) per node" if plan.gpus_per_node else "CPU"),
         ("threads per rank", str(plan.threads_per_rank)),
         ("precision", precision_text(plan)),
-        ("XLA (jit_compile)", "on: forward and backward pass per rank; allreduce and update "
-                              "outside XLA" if plan.jit_compile else "off"),
-        ("global batch", f"{plan.global_batch_size} = {plan.world_size} x "
-                         f"{plan.micro_batch_size} (micro-batch)"),
+        (
+            "XLA (jit_compile)",
+            "on: forward and backward pass per rank; allreduce and update outside XLA"
+            if plan.jit_compile
+            else "off",
+        ),
+        (
+            "global batch",
+            f"{plan.global_batch_size} = {plan.world_size} x {plan.micro_batch_size} (micro-batch)",
+        ),
         ("validation micro-batch", str(plan.val_micro_batch_size)),
-    ]  # fmt: skip
+    ]
     if plan.backward_passes_per_step > 1:
-        rows.append(("effective batch", f"{plan.effective_batch_size} = {plan.global_batch_size}"
-                     f" x {plan.backward_passes_per_step} backward passes"))  # fmt: skip
+        rows.append(
+            (
+                "effective batch",
+                f"{plan.effective_batch_size} = {plan.global_batch_size}"
+                f" x {plan.backward_passes_per_step} backward passes",
+            )
+        )
     rows += [
         ("samples (train / val)", f"{plan.num_train} / {plan.num_val}"),
         ("steps per epoch", str(plan.steps_per_epoch)),
         ("epochs / total steps", f"{plan.epochs} / {plan.total_steps}"),
-    ]  # fmt: skip
+    ]
     if plan.stops_early:
-        rows.append(("schedule length", f"{plan.schedule_epochs} epochs ({s.total_steps} steps);"
-                     f" this run stops after epoch {plan.epochs}"))  # fmt: skip
+        rows.append(
+            (
+                "schedule length",
+                f"{plan.schedule_epochs} epochs ({s.total_steps} steps);"
+                f" this run stops after epoch {plan.epochs}",
+            )
+        )
     rows += [
         ("optimizer steps", str(plan.optimizer_steps)),
         ("base LR", f"{plan.base_lr:g} at batch {plan.base_batch_size}"),
-        ("scaled LR", f"{plan.scaled_lr:g} ({plan.lr_scaling} scaling to batch "
-                      f"{plan.effective_batch_size})"),
+        (
+            "scaled LR",
+            f"{plan.scaled_lr:g} ({plan.lr_scaling} scaling to batch {plan.effective_batch_size})",
+        ),
         ("schedule", s.name),
-    ]  # fmt: skip
+    ]
 
     def epochs(step: int) -> str:
         return f"{step / plan.steps_per_epoch:g}"
 
     if s.warmup_steps:
-        rows.append(("warmup steps", f"{s.warmup_steps} ({epochs(s.warmup_steps)} epochs) "
-                     f"from LR {s.warmup_start_lr:g}"))  # fmt: skip
+        rows.append(
+            (
+                "warmup steps",
+                f"{s.warmup_steps} ({epochs(s.warmup_steps)} epochs) from LR {s.warmup_start_lr:g}",
+            )
+        )
     if s.boundaries:
-        rows.append(("decay steps", f"{', '.join(map(str, s.boundaries))} (epochs "
-                     f"{', '.join(map(epochs, s.boundaries))}; x{s.decay_rate:g})"))  # fmt: skip
+        rows.append(
+            (
+                "decay steps",
+                f"{', '.join(map(str, s.boundaries))} (epochs "
+                f"{', '.join(map(epochs, s.boundaries))}; x{s.decay_rate:g})",
+            )
+        )
     steps = s.key_steps()
     lrs = learning_rate(np.array(steps), s)
     rows.append(
         ("LR at steps", ", ".join(f"{st}: {lr:.4g}" for st, lr in zip(steps, lrs, strict=True)))
     )
     fusion = plan.fusion_threshold_bytes
-    rows.append(("fusion threshold", "Horovod default (128 MiB)" if fusion is None
-                 else "disabled" if fusion == 0 else f"{fusion} bytes"))  # fmt: skip
+    rows.append(
+        (
+            "fusion threshold",
+            "Horovod default (128 MiB)"
+            if fusion is None
+            else "disabled"
+            if fusion == 0
+            else f"{fusion} bytes",
+        )
+    )
     for knob in plan.horovod:
         rows.append((f"horovod.{knob.key}", f"{knob.value} -> {knob.describe()}"))
     return rows

@@ -31,11 +31,11 @@ class Tracker(Protocol):
         """Why the store cannot be used, checked cheaply before any rank starts."""
         ...
 
-    def start(self, run_name: str | None, tags: Mapping[str, str],
-              parent_run_id: str | None = None) -> str: ...  # fmt: skip
+    def start(
+        self, run_name: str | None, tags: Mapping[str, str], parent_run_id: str | None = None
+    ) -> str: ...
 
-    def reopen(self, run_id: str,
-               tags: Callable[[Mapping[str, str]], Mapping[str, str]]) -> str:  # fmt: skip
+    def reopen(self, run_id: str, tags: Callable[[Mapping[str, str]], Mapping[str, str]]) -> str:
         """Mark an existing run RUNNING again (a resumed run continues in it), without the
         tags that said how it ended (``driver_lost``, ``preempted``), and set the tags that
         ``tags`` makes of the ones it had (after ending the store's lost runs)."""
@@ -68,8 +68,9 @@ class Tracker(Protocol):
     def metrics(self) -> dict[str, float]: ...
     def children(self) -> list[Any]: ...
 
-    def system_metrics(self, enabled: bool, interval_s: float,
-                       node_id: str | None) -> AbstractContextManager[None]: ...  # fmt: skip
+    def system_metrics(
+        self, enabled: bool, interval_s: float, node_id: str | None
+    ) -> AbstractContextManager[None]: ...
 
     def finish(self, status: str) -> None:
         """End the run with FINISHED, FAILED or KILLED."""

@@ -28,7 +28,10 @@ def end_lost_runs(client: Any, here: str | None = None) -> list[str]:
             continue
         client.set_tag(run.info.run_id, DRIVER_LOST_TAG, why)
         client.set_terminated(run.info.run_id, status="KILLED")
-        print(f"tntrun: run {run.info.run_id} ended KILLED: {why} ({DRIVER_LOST_TAG})",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"tntrun: run {run.info.run_id} ended KILLED: {why} ({DRIVER_LOST_TAG})",
+            file=sys.stderr,
+            flush=True,
+        )
         ended.append(run.info.run_id)
     return ended

@@ -67,10 +67,17 @@ class MetricsRelay:
     with the number of lines caught up.
     """
 
-    def __init__(self, path: Path, send: Callable[[list[MetricPoint]], None],
-                 interval_s: float = 1.0, *, offset: int = 0, max_points: int = 1000,
-                 on_failure: Callable[[BaseException], None] | None = None,
-                 on_recovery: Callable[[int], None] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        path: Path,
+        send: Callable[[list[MetricPoint]], None],
+        interval_s: float = 1.0,
+        *,
+        offset: int = 0,
+        max_points: int = 1000,
+        on_failure: Callable[[BaseException], None] | None = None,
+        on_recovery: Callable[[int], None] | None = None,
+    ) -> None:
         self.path, self.send, self.interval_s = path, send, interval_s
         self.offset = offset  # bytes of the file delivered
         self.lines_sent = 0

@@ -91,8 +91,9 @@ class MlflowTracker:
                 else:
                     self._experiment_id = experiment.experiment_id
                     if not experiment.tags.get(EXPERIMENT_KIND):  # a user's choice stays
-                        client.set_experiment_tag(self._experiment_id, EXPERIMENT_KIND,
-                                                  MODEL_TRAINING)  # fmt: skip
+                        client.set_experiment_tag(
+                            self._experiment_id, EXPERIMENT_KIND, MODEL_TRAINING
+                        )
         return self._experiment_id
 
     def start(
@@ -115,8 +116,7 @@ class MlflowTracker:
             raise LookupError(f"no run {run_id} in {self.store}") from None
         self.run_id, self._experiment_id = run_id, run.info.experiment_id
 
-    def reopen(self, run_id: str,
-               tags: Callable[[Mapping[str, str]], Mapping[str, str]]) -> str:  # fmt: skip
+    def reopen(self, run_id: str, tags: Callable[[Mapping[str, str]], Mapping[str, str]]) -> str:
         end_lost_runs(self.client)
         self.attach(run_id)
         before = self.client.get_run(run_id).data.tags
@@ -136,10 +136,14 @@ class MlflowTracker:
         newest first; runs whose driver is gone are ended first."""
         end_lost_runs(self.client)
         where = " and ".join(f"tags.{key} = '{value}'" for key, value in tags.items())
-        runs = self.client.search_runs([self.experiment_id], filter_string=where,
-                                       order_by=["attributes.start_time DESC"])  # fmt: skip
-        return [(run.info.run_id, run.data.tags.get("run_dir")) for run in runs
-                if run.info.status in ("KILLED", "FAILED")]  # fmt: skip
+        runs = self.client.search_runs(
+            [self.experiment_id], filter_string=where, order_by=["attributes.start_time DESC"]
+        )
+        return [
+            (run.info.run_id, run.data.tags.get("run_dir"))
+            for run in runs
+            if run.info.status in ("KILLED", "FAILED")
+        ]
 
     def children(self) -> list[Any]:
         """The runs nested under this one."""
@@ -163,8 +167,9 @@ class MlflowTracker:
             self.client.log_batch(self.run_id, metrics=metrics[start : start + METRICS_PER_BATCH])
 
     @contextmanager
-    def system_metrics(self, enabled: bool, interval_s: float,
-                       node_id: str | None) -> Iterator[None]:  # fmt: skip
+    def system_metrics(
+        self, enabled: bool, interval_s: float, node_id: str | None
+    ) -> Iterator[None]:
         """MLflow's system metrics (psutil) of this node while the job runs.
 
         One sample when the run starts, one every ``interval_s`` and one at the end,
@@ -177,12 +182,14 @@ class MlflowTracker:
             return
         from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
-        monitor = SystemMetricsMonitor(self.run_id, sampling_interval=interval_s,
-                                       node_id=node_id, tracking_uri=self.store)  # fmt: skip
+        monitor = SystemMetricsMonitor(
+            self.run_id, sampling_interval=interval_s, node_id=node_id, tracking_uri=self.store
+        )
         _system_sample(monitor)  # its CPU: since the store opened (_start_cpu_clock)
         stop = threading.Event()
-        sampler = threading.Thread(target=_sample_until, args=(monitor, stop), daemon=True,
-                                   name="tntrun-system-metrics")  # fmt: skip
+        sampler = threading.Thread(
+            target=_sample_until, args=(monitor, stop), daemon=True, name="tntrun-system-metrics"
+        )
         sampler.start()
         try:
             yield

@@ -131,10 +131,17 @@ class Delivery:
     each attempt repeats only what has not reached the store.
     """
 
-    def __init__(self, tracker: Tracker, run_dir: Path, relay: MetricsRelay, status: str,
-                 stalled: str | None = None, prefix: str | None = None,
-                 open_run: Callable[[], None] = lambda: None,
-                 outputs_logged: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        tracker: Tracker,
+        run_dir: Path,
+        relay: MetricsRelay,
+        status: str,
+        stalled: str | None = None,
+        prefix: str | None = None,
+        open_run: Callable[[], None] = lambda: None,
+        outputs_logged: bool = False,
+    ) -> None:
         self.tracker, self.run_dir, self.relay = tracker, run_dir, relay
         self.status, self.stalled, self.prefix = status, stalled, prefix
         self.open_run, self.outputs_logged = open_run, outputs_logged

@@ -17,9 +17,14 @@ from pathlib import Path
 
 from tntrun.planning.machine import venv_executable
 
-PACKAGES = {"tensorflow": ("tensorflow-cpu", "tensorflow"), "keras": ("keras",),
-            "horovod": ("horovod",), "hydra": ("hydra-core",), "mlflow": ("mlflow",),
-            "tntrun": ("tntrun",)}  # fmt: skip
+PACKAGES = {
+    "tensorflow": ("tensorflow-cpu", "tensorflow"),
+    "keras": ("keras",),
+    "horovod": ("horovod",),
+    "hydra": ("hydra-core",),
+    "mlflow": ("mlflow",),
+    "tntrun": ("tntrun",),
+}
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tntrun"
 
 
@@ -40,8 +45,13 @@ def git_tags(directory: Path) -> dict[str, str]:
     """Commit and dirty flag of the git checkout holding ``directory`` (none outside git)."""
 
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(directory), *args], capture_output=True,
-                              text=True, timeout=10, check=True).stdout.strip()  # fmt: skip
+        return subprocess.run(
+            ["git", "-C", str(directory), *args],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
 
     try:
         commit = git("rev-parse", "HEAD")
@@ -49,8 +59,7 @@ def git_tags(directory: Path) -> dict[str, str]:
         root = git("rev-parse", "--show-toplevel")
     except (OSError, subprocess.SubprocessError):
         return {}
-    return {"mlflow.source.git.commit": commit, "git.dirty": str(dirty).lower(),
-            "git.repo": root}  # fmt: skip
+    return {"mlflow.source.git.commit": commit, "git.dirty": str(dirty).lower(), "git.repo": root}
 
 
 def source_tags(argv: Sequence[str] | None = None) -> dict[str, str]:
@@ -84,8 +93,9 @@ def horovod_build() -> dict[str, str]:
     built_for = (
         json.loads(metadata.read_text()).get("tensorflow", "?") if metadata.exists() else "?"
     )
-    key = hashlib.sha256(f"{metadata}:{metadata.stat().st_mtime_ns if metadata.exists() else 0}"
-                         .encode()).hexdigest()[:16]  # fmt: skip
+    key = hashlib.sha256(
+        f"{metadata}:{metadata.stat().st_mtime_ns if metadata.exists() else 0}".encode()
+    ).hexdigest()[:16]
     cached = CACHE / f"check-build-{key}.txt"
     if cached.exists():
         summary = cached.read_text()

@@ -21,10 +21,22 @@ from typing import Any
 from tntrun.tracking.mlflow_tracker import MlflowTracker
 
 COLUMNS = (
-    "run_name", "run_id", "status", "world_size", "nodes", "ranks_per_node",
-    "global_batch_size", "steady_samples_per_s", "steady_step_time_ms", "step_time_p50_ms",
-    "step_time_p95_ms", "epoch_time_s", "scaling_efficiency", "val_accuracy", "val_loss",
-)  # fmt: skip
+    "run_name",
+    "run_id",
+    "status",
+    "world_size",
+    "nodes",
+    "ranks_per_node",
+    "global_batch_size",
+    "steady_samples_per_s",
+    "steady_step_time_ms",
+    "step_time_p50_ms",
+    "step_time_p95_ms",
+    "epoch_time_s",
+    "scaling_efficiency",
+    "val_accuracy",
+    "val_loss",
+)
 
 
 def rows_of(children: Sequence[Any]) -> list[dict[str, Any]]:
@@ -33,11 +45,14 @@ def rows_of(children: Sequence[Any]) -> list[dict[str, Any]]:
     for run in children:
         params, metrics = run.data.params, run.data.metrics
         row: dict[str, Any] = {
-            "run_name": run.info.run_name, "run_id": run.info.run_id, "status": run.info.status,
+            "run_name": run.info.run_name,
+            "run_id": run.info.run_id,
+            "status": run.info.status,
             "world_size": int(params.get("plan.world_size", 0)),
-            "nodes": params.get("nodes"), "ranks_per_node": params.get("plan.ranks_per_node"),
+            "nodes": params.get("nodes"),
+            "ranks_per_node": params.get("plan.ranks_per_node"),
             "global_batch_size": params.get("plan.global_batch_size"),
-        }  # fmt: skip
+        }
         for key in COLUMNS[7:]:
             if key in metrics:
                 row[key] = metrics[key]
@@ -96,9 +111,11 @@ def write_report(tracker: MlflowTracker, children: Sequence[Any], out_dir: Path)
         writer.writeheader()
         writer.writerows(rows)
     (out_dir / "report.md").write_text(_markdown(rows))
-    for key, label in (("steady_samples_per_s", "throughput (samples/s)"),
-                       ("steady_step_time_ms", "step time (ms)"),
-                       ("scaling_efficiency", "scaling efficiency")):  # fmt: skip
+    for key, label in (
+        ("steady_samples_per_s", "throughput (samples/s)"),
+        ("steady_step_time_ms", "step time (ms)"),
+        ("scaling_efficiency", "scaling efficiency"),
+    ):
         _plot(rows, key, label, out_dir / f"{key}.png")
     tracker.log_artifact(out_dir, "report")
     return out_dir
@@ -126,7 +143,7 @@ def main(argv: Sequence[str]) -> int:
         help="MLflow store (default: $MLFLOW_TRACKING_URI or outputs/mlflow.db)",
     )
     parser.add_argument("--out", default=None, help="output folder (default: <sweep dir>/report)")
-    args = parser.parse_args(argv)  # fmt: skip
+    args = parser.parse_args(argv)
     try:
         tracker = find_parent(args.sweep, args.tracking_uri)
     except LookupError as err:

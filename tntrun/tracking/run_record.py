@@ -103,7 +103,9 @@ def preemption_tags(run_dir: Path) -> dict[str, str]:
     if not path.is_file():
         return {}
     record = json.loads(path.read_text())
-    return {PREEMPTED_TAG: (
-        f"{record['why']}: stopped after step {record['step']} (epoch {record['epoch'] + 1}, "
-        f"batch {record['batch']}); checkpoint {record['checkpoint']}"
-    )}  # fmt: skip
+    return {
+        PREEMPTED_TAG: (
+            f"{record['why']}: stopped after step {record['step']} (epoch {record['epoch'] + 1}, "
+            f"batch {record['batch']}); checkpoint {record['checkpoint']}"
+        )
+    }

@@ -35,8 +35,10 @@ def store_problems(uri: str, timeout_s: float = 3.0) -> list[str]:
         try:
             database.parent.mkdir(parents=True, exist_ok=True)
         except OSError as err:
-            return [f"{where} = {uri}: cannot create {database.parent} ({err.strerror}); "
-                    "point it at a writable folder"]  # fmt: skip
+            return [
+                f"{where} = {uri}: cannot create {database.parent} ({err.strerror}); "
+                "point it at a writable folder"
+            ]
         target = database if database.exists() else database.parent
         if not os.access(target, os.W_OK):
             return [f"{where} = {uri}: {target} is not writable; point it at a writable folder"]
@@ -47,8 +49,10 @@ def store_problems(uri: str, timeout_s: float = 3.0) -> list[str]:
         try:
             socket.create_connection((parsed.hostname, port), timeout=timeout_s).close()
         except OSError as err:
-            return [f"{where} = {uri}: no MLflow server answers at {parsed.hostname}:{port} "
-                    f"({err.strerror or err}); start the server or fix the URI"]  # fmt: skip
+            return [
+                f"{where} = {uri}: no MLflow server answers at {parsed.hostname}:{port} "
+                f"({err.strerror or err}); start the server or fix the URI"
+            ]
     return []
 
 

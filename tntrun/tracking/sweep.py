@@ -50,9 +50,13 @@ class SweepTracking(Callback):
         overrides = " ".join(config.hydra.overrides.task)
         run_id = tracker.start(
             f"sweep {sweep_dir.name}",
-            {"tntrun.tracking.sweep": "parent", "sweep_dir": str(sweep_dir.resolve()),
-             "hydra.overrides": overrides, **source_tags()},
-        )  # fmt: skip
+            {
+                "tntrun.tracking.sweep": "parent",
+                "sweep_dir": str(sweep_dir.resolve()),
+                "hydra.overrides": overrides,
+                **source_tags(),
+            },
+        )
         (sweep_dir / PARENT_FILE).write_text(run_id)
         print(f"tntrun: sweep parent run {run_id} in {tracker.store}")
 
@@ -73,9 +77,12 @@ class SweepTracking(Callback):
             write_report(tracker, children, sweep_dir / "report")
         ok = statuses and all(status == "FINISHED" for status in statuses)
         tracker.finish("FINISHED" if ok else "FAILED")
-        unfinished_jobs.extend(child.info.run_id for child in children
-                               if child.info.status != "FINISHED")  # fmt: skip
+        unfinished_jobs.extend(
+            child.info.run_id for child in children if child.info.status != "FINISHED"
+        )
         if not children:
             unfinished_jobs.append(f"sweep {sweep_dir.name}: no job recorded a run")
-        print(f"tntrun: sweep parent run {tracker.run_id}: {statuses.count('FINISHED')}/"
-              f"{len(statuses)} jobs finished; report in {sweep_dir / 'report'}")  # fmt: skip
+        print(
+            f"tntrun: sweep parent run {tracker.run_id}: {statuses.count('FINISHED')}/"
+            f"{len(statuses)} jobs finished; report in {sweep_dir / 'report'}"
+        )

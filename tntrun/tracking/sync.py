@@ -30,10 +30,17 @@ def main(argv: Sequence[str]) -> int:
         "missed while it was unreachable: metrics, artifacts, the final status.",
     )
     parser.add_argument("run_dir", type=Path, help="the run directory the driver named")
-    parser.add_argument("--tracking-uri", default=None,
-                        help="the store to replay into (default: the run's own store)")  # fmt: skip
-    parser.add_argument("--wait-s", type=float, default=0.0,
-                        help="keep retrying while the store is unreachable this long")  # fmt: skip
+    parser.add_argument(
+        "--tracking-uri",
+        default=None,
+        help="the store to replay into (default: the run's own store)",
+    )
+    parser.add_argument(
+        "--wait-s",
+        type=float,
+        default=0.0,
+        help="keep retrying while the store is unreachable this long",
+    )
     args = parser.parse_args(argv)
     run_dir = args.run_dir.resolve()
     if not (run_dir / run_files.CONFIG).is_file():
@@ -41,8 +48,10 @@ def main(argv: Sequence[str]) -> int:
         return EXIT_NOT_A_RUN
     pending = Pending.load(run_dir)
     if pending is None:
-        print(f"tntrun sync: nothing to replay: {run_dir} has no {run_files.TRACKING_PENDING} "
-              "(its run reached its store)")  # fmt: skip
+        print(
+            f"tntrun sync: nothing to replay: {run_dir} has no {run_files.TRACKING_PENDING} "
+            "(its run reached its store)"
+        )
         return 0
     return sync(run_dir, pending, args.tracking_uri or pending.store, args.wait_s)
 
@@ -65,10 +74,18 @@ def sync(run_dir: Path, pending: Pending, uri: str, wait_s: float = 0.0) -> int:
             print(f"tntrun sync: {problem}")
         print(sync_line(uri, run_dir))
         return EXIT_TRACKING_PENDING
-    relay = MetricsRelay(run_dir / run_files.METRICS, tracker.log_metrics,
-                         offset=pending.metrics_offset)  # fmt: skip
-    delivery = Delivery(tracker, run_dir, relay, pending.status, pending.stalled, pending.prefix,
-                        outputs_logged=pending.outputs_logged)  # fmt: skip
+    relay = MetricsRelay(
+        run_dir / run_files.METRICS, tracker.log_metrics, offset=pending.metrics_offset
+    )
+    delivery = Delivery(
+        tracker,
+        run_dir,
+        relay,
+        pending.status,
+        pending.stalled,
+        pending.prefix,
+        outputs_logged=pending.outputs_logged,
+    )
 
     def open_run() -> None:
         if tracker.run_id is None:
@@ -95,9 +112,11 @@ def sync(run_dir: Path, pending: Pending, uri: str, wait_s: float = 0.0) -> int:
     if error is None:
         Pending.clear(run_dir)
         tracker.end_lost_runs()  # as every tntrun command on a store
-        print(f"tntrun sync: {tracker.label} run {tracker.run_id} in {uri}: "
-              f"{relay.lines_sent} metric lines, the outputs and status {pending.status} "
-              "delivered")  # fmt: skip
+        print(
+            f"tntrun sync: {tracker.label} run {tracker.run_id} in {uri}: "
+            f"{relay.lines_sent} metric lines, the outputs and status {pending.status} "
+            "delivered"
+        )
         return 0
     pending.metrics_offset, pending.outputs_logged = relay.offset, delivery.outputs_logged
     pending.reason = describe(error)

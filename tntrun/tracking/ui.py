@@ -14,8 +14,18 @@ from tntrun.tracking.store import store_problems, tracking_uri
 
 def server_command(uri: str, host: str = "127.0.0.1", port: int = 5000) -> list[str]:
     """``mlflow server`` over ``uri``; one worker, as SQLite wants a single writer."""
-    return [venv_executable("mlflow"), "server", "--backend-store-uri", uri, "--host", host,
-            "--port", str(port), "--workers", "1"]  # fmt: skip
+    return [
+        venv_executable("mlflow"),
+        "server",
+        "--backend-store-uri",
+        uri,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
 
 
 # MLflow 3.17's UI shows an experiment in its GenAI view (traces) or its model-training view
@@ -38,12 +48,14 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--output-root", default="outputs", help="where the default store lives")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=5000)
-    args = parser.parse_args(argv)  # fmt: skip
+    args = parser.parse_args(argv)
     uri = tracking_uri(args.tracking_uri, Path(args.output_root))
     command = server_command(uri, args.host, args.port)
-    print(f"tntrun ui: http://{args.host}:{args.port} over {uri} (Ctrl-C stops it); runs "
-          "tables: choose \"Model training\" at the top left (the browser keeps it)",
-          flush=True)  # fmt: skip
+    print(
+        f"tntrun ui: http://{args.host}:{args.port} over {uri} (Ctrl-C stops it); runs "
+        'tables: choose "Model training" at the top left (the browser keeps it)',
+        flush=True,
+    )
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     if not store_problems(uri):  # runs whose driver is gone: KILLED, not RUNNING forever
         MlflowTracker.at(uri, Path(args.output_root)).end_lost_runs()
