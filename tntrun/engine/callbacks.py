@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from tntrun import run_files
 from tntrun.engine.collectives import checksums_across_ranks, weighted_mean
+from tntrun.engine.data_parallel import StepAgreement
 from tntrun.engine.lr_schedule import learning_rate_of
 from tntrun.engine.precision import observed_precision, state_checkpoint
 from tntrun.planning.checkpoints import publish, publish_best
@@ -242,14 +243,22 @@ def current_lr(optimizer) -> float:
 
 
 class StepMetrics(keras.callbacks.Callback):
-    """Every ``every`` training steps: rank-averaged loss, LR and global samples/s.
-
-    All ranks take part (one small allreduce); ``log_metrics`` runs on the master.
+    """Every ``every`` training steps: that step's rank-averaged loss, the LR and global
+    samples/s. The loss comes from the step agreement (a callback placed before this one),
+    which averaged it in the gradients' allreduce: no collective of its own.
+    ``log_metrics`` runs on the master.
     """
 
-    def __init__(self, every: int, global_batch: int, log_metrics: Callable | None) -> None:
+    def __init__(
+        self,
+        every: int,
+        global_batch: int,
+        agreement: StepAgreement,
+        log_metrics: Callable | None,
+    ) -> None:
         super().__init__()
         self.every, self.global_batch, self.log_metrics = every, global_batch, log_metrics
+        self.agreement = agreement
         self._last = (0, 0.0)
 
     def on_train_begin(self, logs=None):
@@ -259,10 +268,9 @@ class StepMetrics(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         self._step += 1  # counted here: reading the optimizer's step every batch syncs
         step = self._step
-        if step % self.every or not logs:
+        if step % self.every:
             return
-        loss = weighted_mean({"loss": float(logs["loss"])}, 1.0, name=f"step_metrics.{step}")
-        loss = loss["loss"]
+        loss = self.agreement.loss
         now = time.perf_counter()
         speed = (step - self._last[0]) * self.global_batch / max(now - self._last[1], 1e-9)
         self._last = (step, now)

@@ -206,6 +206,7 @@ def train(
             cb.StepMetrics(
                 int(cfg.tracking.log_every_steps),
                 plan.global_batch_size,
+                agreement,
                 metrics_log.log if metrics_log else None,
             )
         )
