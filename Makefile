@@ -2,7 +2,8 @@
 #   make run    create .venv if needed, run the default experiment (ARGS="..." adds overrides)
 #   make test   create .venv if needed, run the whole test suite (as root, a missing real
 #               component such as Slurm or Chromium fails its tests instead of skipping them)
-#   make check  the fast tests only (no processes started): the inner loop
+#   make check  the fast tests only, the inner loop: -m "not slow", all in-process (a test
+#               that starts a process must be marked slow; tests/conftest.py fails it if not)
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.tntrun-ready

@@ -1,6 +1,6 @@
 """Arithmetic of benchmarks on a shaped link: rates, the ring allreduce bound, ratios.
 
-Pure (tested in tests/test_link_shaping.py); the benchmarks that measure live
+Pure (tested in tests/cluster/test_link_shaping.py); the benchmarks that measure live
 beside it (bench/allreduce_wire.py).
 """
 

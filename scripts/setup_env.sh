@@ -59,11 +59,11 @@ fi
 
 # Without the cpu/gpu extra: TensorFlow is in (above).
 step "installing tntrun (editable) with its driver and dev dependencies"
-"${INSTALL[@]}" -e "$ROOT[dev,sweepers]" || die "pip install -e .[dev,sweepers] failed"
+"${INSTALL[@]}" -e "$ROOT[dev,sweepers,postgres]" || die "pip install -e .[dev,sweepers,postgres] failed"
 # Horovod's runtime dependencies (it is installed with --no-deps below).
 "${INSTALL[@]}" cloudpickle psutil pyyaml packaging cffi || die "could not install Horovod's dependencies"
 
-# Test-only: KerasHub, the Keras 3 library tests/test_keras_hub.py builds a user's model from.
+# Test-only: KerasHub, the Keras 3 library tests/zoo/test_keras_hub.py builds a user's model from.
 # Not a pyproject extra, because it needs --no-deps: keras-hub requires tensorflow-text>=2.20.1,
 # which requires `tensorflow` 2.20 and would replace TensorFlow $TF_VERSION (Horovod
 # $HOROVOD_VERSION does not build against 2.19 or later). keras_hub imports tensorflow_text
@@ -125,7 +125,8 @@ fi
 
 # Real components the tests start, from Debian: chromium (the MLflow UI browser test;
 # Playwright cannot download browsers here), openssh-server (sshd in network-namespace
-# hosts for the multi-host tests), slurm-wlm + munge (a real Slurm cluster). One apt-get
+# hosts for the multi-host tests), slurm-wlm + munge (a real Slurm cluster), postgresql (a
+# team's tracking server: PostgreSQL under `mlflow server`). One apt-get
 # update, one install. As root a failed install fails the set-up (the tests would fail
 # naming the component anyway); without root the tests that need them are skipped, with
 # the reasons listed at the end of the test run.
@@ -134,9 +135,10 @@ command -v chromium >/dev/null || missing+=(chromium)
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 command -v slurmctld >/dev/null || missing+=(slurm-wlm)
 command -v munged >/dev/null || [ -x /usr/sbin/munged ] || missing+=(munge)
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    step "installing ${missing[*]} (Debian) for the browser, multi-host and Slurm tests"
+    step "installing ${missing[*]} (Debian) for the browser, multi-host, Slurm and team-server tests"
     { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"; } \
       > "$VENV/apt-install.log" 2>&1 \
       || { tail -n 20 "$VENV/apt-install.log" >&2; die "could not install ${missing[*]} with apt-get (full log: $VENV/apt-install.log)"; }

@@ -18,8 +18,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from tntrun.driver import Experiment, RunResult, make_plan
 from tntrun.errors import PlanError
+from tntrun.experiment import Experiment, RunResult
 
 __all__ = ["Experiment", "PlanError", "RunResult", "compose", "plan", "run"]
 
@@ -39,6 +39,8 @@ def compose(
 def plan(experiment: Experiment | Sequence[str]):
     """The immutable plan of an experiment (world size, micro-batch, scaled LR, steps,
     launch command), without launching anything. Raises PlanError."""
+    from tntrun.driver import make_plan
+
     exp = _experiment(experiment)
     return make_plan(exp, exp.run_dir or Path(exp.config.output_root) / "plan")[0]
 

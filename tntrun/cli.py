@@ -20,7 +20,8 @@ from tntrun.config.checks import choice_problems, split_argv
 from tntrun.config.compose import CONFIG_NAME, user_choices
 from tntrun.config.schema import register
 from tntrun.config.user_code import add_user_path
-from tntrun.driver import EXIT_CONFIG_ERROR, Experiment, RunResult, run
+from tntrun.driver import run
+from tntrun.experiment import EXIT_CONFIG_ERROR, Experiment, RunResult
 from tntrun.tracking import sweep
 from tntrun.tracking.sweep import sweep_parent
 

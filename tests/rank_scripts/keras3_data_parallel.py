@@ -2,7 +2,7 @@
 (tntrun.engine.data_parallel) on real ranks.
 
 Every rank trains on its own data, so weights equal across ranks mean the gradients were
-averaged. Each rank prints one line ``RESULT {json}`` that tests/test_data_parallel.py
+averaged. Each rank prints one line ``RESULT {json}`` that tests/engine/test_data_parallel.py
 asserts on. The script itself asserts nothing: a rank failing alone would leave the other
 waiting in a collective.
 

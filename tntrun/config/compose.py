@@ -15,8 +15,8 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from tntrun.config.checks import choice_problems
 from tntrun.config.schema import register
+from tntrun.environments import layout_from_hosts
 from tntrun.errors import PlanError
-from tntrun.planning.layout import given_layout
 
 CONFIG_MODULE = "tntrun.conf"
 CONFIG_NAME = "config"
@@ -85,7 +85,7 @@ def with_allocation_layout(
 ) -> DictConfig:
     """``cfg`` with the layout keys the host list or a Slurm allocation fills (those not
     given), so what is recorded (config.yaml, the run's params) is the layout that runs."""
-    filled = given_layout(cfg, env, given_keys(overrides))
+    filled = layout_from_hosts(cfg, env, given_keys(overrides))
     if not filled:
         return cfg
     cfg = cfg.copy()
@@ -106,8 +106,8 @@ def plain_config(
     """
     plain = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     given = given_keys(overrides)
-    derives_global = plain.get("micro_batch_size") is not None or plain.get("batch_tokens")
+    derives_global = plain["micro_batch_size"] is not None or plain["batch_tokens"]
     if derives_global and "global_batch_size" not in given:
         plain["global_batch_size"] = None
-    plain.update(given_layout(plain, env, given))
+    plain.update(layout_from_hosts(plain, env, given))
     return plain

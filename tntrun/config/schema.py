@@ -58,9 +58,10 @@ class Precision(Enum):
 @dataclass
 class OptimizerBase:
     name: str = MISSING
-    # The learning rate that is right at base_batch_size; scaled to the real global batch.
+    # The learning rate that is right at base_batch_size; scaled to the real global batch
+    # (schedule.scaling). The two are one measurement, so the optimizer's YAML states both.
     base_lr: float = MISSING
-    base_batch_size: int = 256
+    base_batch_size: int = MISSING
 
 
 @dataclass
@@ -80,7 +81,9 @@ class SgdOptimizer(OptimizerBase):
 
 @dataclass
 class ScheduleConfig:
-    name: ScheduleName = ScheduleName.constant
+    # Each schedule option names itself (conf/schedule/<name>.yaml).
+    name: ScheduleName = MISSING
+    # How base_lr follows the global batch: linear, sqrt or none.
     scaling: LrScaling = LrScaling.linear
     # The schedule's length in epochs (null: train.epochs). A recipe pins it, so that a
     # shorter run (train.epochs=1, a smoke test) trains the first epochs of the same schedule.
@@ -110,8 +113,10 @@ class HorovodConfig:
     hierarchical_allreduce: bool = False
     # Gradient accumulation: micro-batches per optimizer update (counts into the batch).
     backward_passes_per_step: int = 1
+    # Seconds horovodrun waits for all ranks to start (also the ssh pre-flight timeout).
     start_timeout: int = 60
-    # Multi-host: the NIC the ranks talk over (same name on every host), and how to ssh in.
+    # Multi-host: the NIC the ranks talk over (same name on every host, e.g. ib0), and how
+    # horovodrun reaches the hosts by ssh.
     network_interface: str | None = None
     ssh_port: int | None = None
     ssh_identity_file: str | None = None
@@ -121,6 +126,7 @@ class HorovodConfig:
 class TrackingConfig:
     # The tracker class (tntrun.tracking.Tracker); MLflow by default.
     _target_: str = "tntrun.tracking.mlflow_tracker.MlflowTracker"
+    # null: $MLFLOW_TRACKING_URI, else sqlite:///<output_root>/mlflow.db.
     uri: str | None = None
     experiment_name: str = "tntrun"
     run_name: str | None = None
@@ -128,19 +134,30 @@ class TrackingConfig:
     objective: str = "val_accuracy"
     # Log loss, LR and samples/s every N training steps (0: only per epoch).
     log_every_steps: int = 20
-    # MLflow system metrics (CPU, memory, disk, network; GPU with nvidia-ml-py) from rank 0.
+    # MLflow system metrics (CPU, memory, disk, network; GPU with nvidia-ml-py) sampled on
+    # the master rank.
     system_metrics: bool = True
     system_metrics_interval_s: float = 10.0
-    # When the store is unreachable as the ranks end: keep retrying delivery and the final
-    # status this long (s), then record what is pending for `tntrun sync <run dir>`.
+    # When the store is unreachable as the ranks end: keep retrying delivery of metrics,
+    # outputs and the final status this long (s), then record what is pending for
+    # `tntrun sync <run dir>`.
     outage_grace_s: float = 60.0
+    # A FINISHED run's model as an MLflow Model of the run (Keras flavour, with signature and
+    # input example), and with checkpoint.monitor its best model too (docs/tracking.md).
+    log_model: bool = True
+    # Register the run's model (the best one when monitored) as a new version of this
+    # registered model; a sweep registers its best job by `objective`, once, from its parent.
+    register_model: str | None = None
+    # The alias the new version gets (e.g. candidate): load it as models:/NAME@ALIAS.
+    register_alias: str | None = None
 
 
 @dataclass
 class TrainConfig:
     epochs: int = 20
     epochs_between_evals: int = 1
-    # Drop the samples past the last full global batch, or pad it with zero-weight samples.
+    # Drop the samples past the last full global batch, or pad it with zero-weight samples;
+    # either way every rank runs the same number of steps.
     drop_remainder: bool = True
     # Compare a weight checksum across ranks after the first step and every N epochs.
     check_sync_every_epochs: int = 1
@@ -211,6 +228,7 @@ class TntrunConfig:
     micro_batch_size: int | None = None
     # ... or in tokens for sequence data (the seed's Transformer): sentences = tokens // length.
     batch_tokens: int | None = None
+    # Samples per evaluation step on each rank (null: the training micro-batch).
     val_micro_batch_size: int | None = None
     seed: int = 42
     # TensorFlow op determinism: identical results for identical configs (slower).
@@ -220,9 +238,11 @@ class TntrunConfig:
     # Allow resuming with another world size or global batch (LR and steps are re-planned).
     resume_allow_layout_change: bool = False
 
+    # The layout (conf/hardware/local_cpu.yaml: this machine, one node of CPU ranks).
     nodes: int = 1
     gpus: int = 0
     ranks_per_node: int = 2
+    # TensorFlow intra/inter-op threads per rank (null: the node's cores / ranks per node).
     threads_per_rank: int | None = None
     sockets_per_node: int | None = None
     pin_to_socket: bool = False
@@ -235,6 +255,7 @@ class TntrunConfig:
     # After training, profile compute and allreduce on the ranks and predict step time and
     # scaling efficiency on 1..1024 ranks (ring-allreduce alpha-beta model; BENCHMARKS.md).
     predict_scaling: bool = False
+    # Where runs, sweeps and the default MLflow store live (relative to the cwd).
     output_root: str = "outputs"
 
 

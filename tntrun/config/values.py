@@ -24,7 +24,7 @@ def _at_least(low: float) -> Callable[[Any], bool]:
 
 
 def _signal_names(value: Any) -> bool:
-    from tntrun.launch.stop_signals import signal_number
+    from tntrun.contract.stop_signals import signal_number
 
     try:
         numbers = [signal_number(name) for name in value]

@@ -13,8 +13,8 @@ from typing import Any
 
 import keras
 
+from tntrun.contract.run_files import TRANSLATIONS
 from tntrun.datasets.translation_text import strip_special
-from tntrun.run_files import TRANSLATIONS
 
 
 def corpus_bleu(

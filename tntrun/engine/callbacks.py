@@ -13,13 +13,13 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tntrun import run_files
+from tntrun.contract import run_files
+from tntrun.contract.checkpoints import publish, publish_best
+from tntrun.contract.run_files import ENV_DRIVER_START
 from tntrun.engine.collectives import checksums_across_ranks, weighted_mean
 from tntrun.engine.data_parallel import StepAgreement
 from tntrun.engine.lr_schedule import learning_rate_of
 from tntrun.engine.precision import observed_precision, state_checkpoint
-from tntrun.planning.checkpoints import publish, publish_best
-from tntrun.run_files import ENV_DRIVER_START
 
 
 class AverageTrainMetrics(keras.callbacks.Callback):

@@ -20,7 +20,7 @@ import horovod.tensorflow as hvd
 import keras
 import numpy as np
 
-from tntrun import run_files
+from tntrun.contract import run_files
 from tntrun.engine.data_parallel import StepAgreement, broadcast_state
 
 
@@ -90,7 +90,7 @@ def roll_back(
     and restores it; without one every rank restores the snapshot taken before
     the first step. All ranks then get rank 0's state.
     """
-    from tntrun.planning.checkpoints import STATE_PREFIX, latest_checkpoint, read_meta
+    from tntrun.contract.checkpoints import STATE_PREFIX, latest_checkpoint, read_meta
 
     choice: tuple[str | None, int, int] = (None, plan.initial_epoch, plan.initial_batch)
     if hvd.rank() == 0:

@@ -21,10 +21,10 @@ from typing import Any
 import horovod.tensorflow as hvd
 import keras
 
-from tntrun import run_files
+from tntrun.contract import run_files
+from tntrun.contract.checkpoints import CheckpointMeta, publish
+from tntrun.contract.stop_requests import StopRequests
 from tntrun.engine.data_parallel import StepAgreement
-from tntrun.engine.stop_requests import StopRequests
-from tntrun.planning.checkpoints import CheckpointMeta, publish
 
 
 class Preempted(Exception):

@@ -36,11 +36,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tntrun.contract.run_files import SCALING_PREDICTION as OUTPUT_DIR
 from tntrun.engine.optimizers import build_optimizer
 from tntrun.engine.tasks import compile_spec
 from tntrun.planning import scaling_model
 from tntrun.planning.plan import Plan
-from tntrun.run_files import SCALING_PREDICTION as OUTPUT_DIR
 
 WARMUP_STEPS = 3  # traced and compiled: not timed
 TIMED_STEPS = (20, 1000)  # fewest and most timed steps: as many as fill TIMED_SECONDS

@@ -15,6 +15,10 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from tntrun.config.zoo import build_dataset, build_model, distributes_automatically
+from tntrun.contract.checkpoints import STATE_PREFIX, CheckpointMeta, config_hash
+from tntrun.contract.metrics import MetricsWriter
+from tntrun.contract.run_files import FINAL_MODEL, FINAL_WEIGHTS, HEARTBEATS, PRECISION, TENSORBOARD
+from tntrun.contract.stop_requests import StopRequests
 from tntrun.engine import callbacks as cb
 from tntrun.engine import data_parallel as dp
 from tntrun.engine import nonfinite, precision
@@ -25,12 +29,8 @@ from tntrun.engine.mfu import model_flop_utilisation
 from tntrun.engine.nonfinite import NonFiniteGuard, NonFiniteLoss, Snapshot
 from tntrun.engine.optimizers import build_optimizer
 from tntrun.engine.preemption import Preempted, PreemptionGuard, checkpoint_and_record
-from tntrun.engine.stop_requests import StopRequests
 from tntrun.engine.tasks import compile_spec
-from tntrun.planning.checkpoints import STATE_PREFIX, CheckpointMeta, config_hash
 from tntrun.planning.plan import Plan
-from tntrun.run_files import FINAL_MODEL, FINAL_WEIGHTS, HEARTBEATS, PRECISION, TENSORBOARD
-from tntrun.tracking.metrics_stream import MetricsWriter
 
 COMPRESSION = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16}
 RANK_SCOPES = ("all_ranks", "master_only")

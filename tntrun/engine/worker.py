@@ -1,7 +1,8 @@
 """Rank-side entry point: ``python -m tntrun.engine.worker <run_dir>`` (started by the launcher).
 
 Reads the resolved config and the plan the driver wrote into the run directory
-(its only inputs), lets the launcher set up this rank, then trains.
+(its only inputs), takes its place from the variables of the cluster environment
+its launcher names (srun's tasks: Slurm's), then trains.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from tntrun import run_files
+from tntrun.contract import run_files
 
 os.environ.update(run_files.RANK_KERAS)  # before TensorFlow's import: Keras 3, on TensorFlow
 
@@ -55,26 +56,27 @@ def main(argv: list[str]) -> int:
         print("usage: python -m tntrun.engine.worker <run_dir>", file=sys.stderr)
         return 2
     run_dir = Path(argv[1])
-    from tntrun.launch.driver_alive import watch_driver
+    from tntrun.contract.driver_alive import watch_driver
 
     watch_driver(run_dir)  # ends this rank within seconds of its driver (even a SIGKILLed one)
     from omegaconf import OmegaConf
 
-    from tntrun.engine.stop_requests import StopRequests
+    from tntrun.contract.stop_requests import StopRequests
 
     cfg = OmegaConf.load(run_dir / run_files.CONFIG)
     # Preemption requests (signals, the driver's file) are noted from before TF's import on.
     requests = StopRequests(list(cfg.train.preempt_signals), run_dir)
 
     from tntrun.config.user_code import add_user_path
-    from tntrun.launch import launcher_for
-    from tntrun.launch.rank_logs import RANK_DONE
+    from tntrun.environments import environment_named
     from tntrun.planning.plan import Plan
 
     # User modules (model._target_=mymodels.build) import from the driver's working directory.
     add_user_path(os.environ.get(run_files.ENV_USER_PATH))
     plan = Plan.load(run_dir / run_files.PLAN)
-    os.environ.update(launcher_for(plan.launcher).rank_setup(plan, os.environ))
+    placed_by = os.environ.get(run_files.ENV_RANK_ENVIRONMENT)
+    if placed_by:  # Horovod reads its HOROVOD_* variables: map the environment's to them
+        os.environ.update(environment_named(placed_by, os.environ).rank_environment(plan.hosts))
     if plan.pin_to_socket and not os.environ.get(run_files.ENV_PINNED):
         pin_to_socket(plan, argv)
 
@@ -113,7 +115,7 @@ def main(argv: list[str]) -> int:
     if rank == 0:
         shown = ", ".join(f"{k}={v:.4f}" for k, v in final.items() if k.startswith("val_"))
         print(f"training done on {plan.world_size} ranks: {shown}", flush=True)
-    print(f"rank {rank}: {RANK_DONE}", flush=True)
+    print(f"rank {rank}: {run_files.RANK_DONE}", flush=True)
     return 0
 
 

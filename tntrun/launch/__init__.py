@@ -1,8 +1,9 @@
 """Launch side: how the ranks are started. One module per launcher, chosen by ``launcher=``.
 
-A launcher owns its command, the environment its ranks get, its pre-flight
-checks, what runs beside the job (srun's rendezvous server) and the set-up a
-rank does before Horovod starts. Adding one is a module with a
+A launcher owns its command, rendered from the plan, the environment its ranks
+get (``TNTRUN_RANK_ENVIRONMENT`` names the cluster environment whose task
+variables place a rank it started), its pre-flight checks and what runs beside
+the job (srun's rendezvous server). Adding one is a module with a
 :class:`Launcher` subclass and a line in :data:`LAUNCHERS` (or a dotted path:
 ``launcher=mypackage.launchers.MyLauncher``).
 """
@@ -12,13 +13,15 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tntrun.contract.run_files import RANK_KERAS
 from tntrun.errors import PlanError
-from tntrun.launch.knobs import HorovodKnob
-from tntrun.run_files import RANK_KERAS
+from tntrun.planning.knobs import HorovodKnob
+from tntrun.planning.machine import MachineFacts
+from tntrun.planning.plan import Plan
 
 LAUNCHERS = {
     "horovodrun": "tntrun.launch.horovodrun.HorovodrunLauncher",
@@ -61,10 +64,6 @@ class Launcher:
         """Context around the job; yields variables the ranks also get."""
         yield {}
 
-    def rank_setup(self, plan: Any, environ: Mapping[str, str]) -> dict[str, str]:
-        """On each rank before Horovod starts: variables to add to its environment."""
-        return {}
-
 
 def keras_override_note(environ: Mapping[str, str]) -> str | None:
     """One line when the user's environment asks for another Keras than the ranks run."""
@@ -88,6 +87,27 @@ def base_environment(spec: LaunchSpec) -> dict[str, str]:
     if spec.cpu_only:
         env["CUDA_VISIBLE_DEVICES"] = "-1"  # CPU ranks: keep TensorFlow off any GPU
     return env
+
+
+def with_launch_command(plan: Plan, cfg: Mapping[str, Any], facts: MachineFacts) -> Plan:
+    """``plan`` with the command and variables its launcher renders from it (recorded in
+    plan.json); PlanError when the launcher cannot run it."""
+    launcher = launcher_for(plan.launcher)
+    spec = LaunchSpec(
+        hosts=plan.hosts,
+        world_size=plan.world_size,
+        knobs=plan.horovod,
+        worker=plan.worker,
+        start_timeout=int(cfg["horovod"]["start_timeout"]),
+        cpu_only=plan.gpus_per_node == 0,
+        horovodrun=facts.horovodrun,
+        env=facts.env,
+    )
+    problems = launcher.problems(spec)
+    if problems:
+        raise PlanError(problems)
+    command, env = launcher.command(spec)
+    return replace(plan, launch_command=command, launch_env=tuple(sorted(env.items())))
 
 
 def launcher_for(name: str) -> Launcher:

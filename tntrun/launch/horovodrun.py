@@ -37,7 +37,7 @@ class HorovodrunLauncher(Launcher):
     def preflight(self, plan: Any, cfg: Any, run_dir: Path) -> None:
         """ssh into every remote host and compare versions before anything starts."""
         from tntrun.launch.remote_hosts import preflight_hosts
-        from tntrun.tracking.provenance import versions
+        from tntrun.planning.machine import versions
 
         found = versions()
         hvd = cfg.horovod

@@ -7,24 +7,23 @@ together at one step, rank 0 checkpoints it, and they exit. The driver keeps
 relaying until they are gone (at most ``train.preempt_grace_s``), then ends the
 run KILLED with the tag ``preempted``. A second signal, or one before any rank
 started, stops at once, as Ctrl-C does. After a time-limit signal
-(any but SIGTERM) in a Slurm batch job the driver requeues the job, as
-submitit does; the requeued job continues the same run (``resume=auto``).
+(any but SIGTERM) the driver asks the cluster environment to requeue the job
+(Slurm's ``scontrol requeue``, as submitit does: :mod:`tntrun.environments`);
+the requeued job continues the same run (``resume=auto``).
 """
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tntrun import run_files
-from tntrun.launch.stop_signals import signal_number
+from tntrun.contract import run_files
+from tntrun.contract.stop_signals import signal_number
 
 
 class StopOnSignals:
@@ -85,34 +84,3 @@ class StopOnSignals:
             flush=True,
         )
         self.stop_ranks()
-
-
-def requeue_after(received: signal.Signals | None, env: Mapping[str, str]) -> None:
-    """After a time-limit signal (any stop signal but SIGTERM) in a Slurm batch job: requeue
-    the job, which continues the run (Slurm requeues preempted jobs itself)."""
-    job = env.get("SLURM_JOB_ID")
-    if received in (None, signal.SIGTERM) or not job:
-        return
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the requeue ends this job: let it
-    done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
-    if done.returncode == 0:
-        print(f"tntrun: requeued Slurm job {job}; it continues this run", flush=True)
-    else:
-        print(
-            f"tntrun: could not requeue Slurm job {job} ({done.stderr.strip()}): submit "
-            "with --requeue, or continue with resume=auto",
-            file=sys.stderr,
-            flush=True,
-        )
-
-
-def job_restart(env: Mapping[str, str]) -> str | None:
-    """The Slurm job id when this is a requeued job (SLURM_RESTART_COUNT > 0), else None."""
-    if int(env.get("SLURM_RESTART_COUNT") or 0) > 0:
-        return env.get("SLURM_JOB_ID")
-    return None
-
-
-def slurm_tags(env: Mapping[str, str] = os.environ) -> dict[str, str]:
-    """The Slurm job a run belongs to (a requeued job finds its run by it)."""
-    return {"slurm_job_id": env["SLURM_JOB_ID"]} if env.get("SLURM_JOB_ID") else {}

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tntrun.launch.rank_logs import RankLogWriter
+from tntrun.contract.rank_logs import RankLogWriter
 from tntrun.launch.watchdog import StallWatchdog
 
 GRACE_SECONDS = 5  # SIGINT first, SIGKILL to what is left after this

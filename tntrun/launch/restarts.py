@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tntrun import run_files
-from tntrun.launch.rank_logs import find_failure
+from tntrun.contract import run_files
+from tntrun.contract.rank_logs import find_failure
 
 
 def archive_attempt(run_dir: Path, attempt: int, stalled: str | None) -> str:

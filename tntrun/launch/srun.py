@@ -2,7 +2,8 @@
 
 Every Slurm task runs ``python -m tntrun.engine.worker``; before Horovod starts,
 the rank maps SLURM_PROCID and friends to the HOROVOD_* variables horovodrun
-would have set (:func:`horovod_env`). The ranks meet at a Gloo rendezvous
+would have set (the Slurm environment's ``rank_environment``, named to the ranks
+by ``TNTRUN_RANK_ENVIRONMENT``). The ranks meet at a Gloo rendezvous
 server the driver runs beside the job (``tntrun.launch.rendezvous_server``,
 a child process, so the driver never imports Horovod). Horovod knobs reach the
 ranks as HOROVOD_* variables.
@@ -13,12 +14,17 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from tntrun.contract.run_files import ENV_RANK_ENVIRONMENT
+from tntrun.environments.slurm import (
+    SlurmEnvironment,
+    allocated_cpus_per_node,
+    expand_slurm_nodelist,
+)
 from tntrun.launch import Launcher, LaunchSpec, base_environment
-from tntrun.planning.layout import allocated_cpus_per_node, expand_slurm_nodelist
 
 
 class SrunLauncher(Launcher):
@@ -60,6 +66,7 @@ class SrunLauncher(Launcher):
         env = base_environment(spec)
         for knob in spec.knobs:
             env.update(knob.env)  # problems() refused the knobs srun cannot carry
+        env[ENV_RANK_ENVIRONMENT] = SlurmEnvironment.name  # ranks: SLURM_PROCID -> HOROVOD_RANK
         per_node = spec.hosts[0][1]
         cpus_per_rank = max(1, min(allocated_cpus_per_node(spec.env) or [1]) // per_node)
         # --overlap: the step shares the allocation with the driver's own step (sbatch's
@@ -103,9 +110,6 @@ class SrunLauncher(Launcher):
             except subprocess.TimeoutExpired:
                 server.kill()
 
-    def rank_setup(self, plan: Any, environ: Mapping[str, str]) -> dict[str, str]:
-        return horovod_env(environ, plan.hosts)
-
 
 def driver_address(network_interface: str | None) -> str:
     """The address ranks reach the driver at: the NIC's IPv4, else the hostname's."""
@@ -117,27 +121,3 @@ def driver_address(network_interface: str | None) -> str:
                 return address.address
         raise RuntimeError(f"horovod.network_interface={network_interface} has no IPv4 address")
     return socket.gethostbyname(socket.gethostname())
-
-
-def horovod_env(slurm: Mapping[str, str], hosts: Sequence[tuple[str, int]]) -> dict[str, str]:
-    """HOROVOD_* rank variables for this Slurm task (block distribution over ``hosts``)."""
-    rank, size = int(slurm["SLURM_PROCID"]), int(slurm["SLURM_NTASKS"])
-    node = int(slurm.get("SLURM_NODEID", 0))
-    local_rank = int(slurm.get("SLURM_LOCALID", 0))
-    per_node = hosts[node][1]
-    if rank != node * per_node + local_rank:
-        raise RuntimeError(
-            f"srun placed task {rank} as local task {local_rank} of node {node}, not in blocks of "
-            f"{per_node}: run srun with --distribution=block (tntrun's launch does)"
-        )
-    return {
-        "HOROVOD_HOSTNAME": hosts[node][0],
-        "HOROVOD_RANK": str(rank),
-        "HOROVOD_SIZE": str(size),
-        "HOROVOD_LOCAL_RANK": str(local_rank),
-        "HOROVOD_LOCAL_SIZE": str(per_node),
-        "HOROVOD_CROSS_RANK": str(node),
-        "HOROVOD_CROSS_SIZE": str(len(hosts)),
-        "HOROVOD_CONTROLLER": "gloo",
-        "HOROVOD_CPU_OPERATIONS": "gloo",
-    }

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
+import platform
 import re
 import shutil
 import socket
@@ -12,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tntrun.environments import Allocation, detect
 from tntrun.planning.layout import LOCALHOST
 
 
@@ -28,6 +31,30 @@ class MachineFacts:
     hostname: str = "localhost"
     gpus: int = 0  # GPUs this node shows (nvidia-smi -L, else /dev/nvidia<N>)
     gpu_probe: str = "not probed"  # how they were counted, for messages
+    allocation: Allocation | None = None  # the cluster environment's hosts (tntrun.environments)
+
+
+PACKAGES = {
+    "tensorflow": ("tensorflow-cpu", "tensorflow"),
+    "keras": ("keras",),
+    "horovod": ("horovod",),
+    "hydra": ("hydra-core",),
+    "mlflow": ("mlflow",),
+    "tntrun": ("tntrun",),
+}
+
+
+def versions() -> dict[str, str]:
+    """Installed versions of Python and the stack, read from package metadata."""
+    found = {"version.python": platform.python_version()}
+    for name, distributions in PACKAGES.items():
+        for dist in distributions:
+            try:
+                found[f"version.{name}"] = importlib.metadata.version(dist)
+                break
+            except importlib.metadata.PackageNotFoundError:
+                continue
+    return found
 
 
 def venv_executable(name: str) -> str:
@@ -37,7 +64,8 @@ def venv_executable(name: str) -> str:
 
 
 def machine_facts() -> MachineFacts:
-    """Cores, NUMA sockets, numactl and launcher paths of this node."""
+    """Cores, NUMA sockets, numactl and launcher paths of this node, and the allocation of
+    the cluster environment it runs in."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     numa = list(Path("/sys/devices/system/node").glob("node[0-9]*"))
     return MachineFacts(
@@ -48,6 +76,7 @@ def machine_facts() -> MachineFacts:
         python=sys.executable,
         horovodrun=venv_executable("horovodrun"),
         hostname=socket.gethostname(),
+        allocation=detect(os.environ).allocation(),
         **dict(zip(("gpus", "gpu_probe"), count_gpus(), strict=True)),
     )
 

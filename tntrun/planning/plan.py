@@ -1,8 +1,9 @@
 """The training plan: every number and command derived from the config, before launch.
 
 Pure: a resolved config and the machine facts go in, an immutable :class:`Plan`
-comes out. No TensorFlow, no processes. The plan serialises to JSON so the
-ranks train with exactly the numbers the driver showed.
+comes out. No TensorFlow, no processes, no launcher: the launcher the plan names
+renders its own command from it (:func:`tntrun.launch.with_launch_command`). The
+plan serialises to JSON so the ranks train with exactly the numbers the driver showed.
 """
 
 from __future__ import annotations
@@ -18,8 +19,7 @@ from typing import Any
 from tntrun.config.values import value_problems
 from tntrun.datasets.base import DatasetInfo
 from tntrun.errors import PlanError
-from tntrun.launch import LaunchSpec, launcher_for
-from tntrun.launch.knobs import HorovodKnob, horovod_knobs
+from tntrun.planning.knobs import HorovodKnob, horovod_knobs
 from tntrun.planning.layout import (
     LayoutError,
     RankPlacement,
@@ -69,14 +69,16 @@ class Plan:
     fusion_threshold_bytes: int | None
     horovod: tuple[HorovodKnob, ...]
     launcher: str
-    launch_command: tuple[str, ...]
-    launch_env: tuple[tuple[str, str], ...]
     resume_from: str | None = None
     initial_epoch: int = 0
     initial_step: int = 0
     initial_batch: int = 0  # batches of initial_epoch trained before (a preempted run's)
     precision: str = "float32"  # train.precision: the ranks' Keras dtype policy
     jit_compile: bool = False  # train.jit_compile: forward and backward pass compiled by XLA
+    worker: tuple[str, ...] = ()  # each rank's command: python -m tntrun.engine.worker <run dir>
+    # Rendered by the launcher from the plan (tntrun.launch.with_launch_command), recorded here.
+    launch_command: tuple[str, ...] = ()
+    launch_env: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2)
@@ -90,6 +92,7 @@ class Plan:
             **{**raw["schedule"], "boundaries": tuple(raw["schedule"]["boundaries"])}
         )
         raw["horovod"] = tuple(HorovodKnob.from_dict(k) for k in raw["horovod"])
+        raw["worker"] = tuple(raw.get("worker", ()))
         raw["launch_command"] = tuple(raw["launch_command"])
         raw["launch_env"] = tuple(tuple(kv) for kv in raw["launch_env"])
         return cls(**raw)
@@ -169,8 +172,8 @@ def scale_learning_rate(base_lr: float, global_batch: int, base_batch: int, scal
 
 def batch_sizes(cfg: Mapping[str, Any], world: int, sequence_length: int) -> tuple[int, int]:
     """(global, micro) batch from ``global_batch_size``, ``micro_batch_size``, ``batch_tokens``."""
-    global_batch, micro = cfg.get("global_batch_size"), cfg.get("micro_batch_size")
-    tokens = cfg.get("batch_tokens")
+    global_batch, micro = cfg["global_batch_size"], cfg["micro_batch_size"]
+    tokens = cfg["batch_tokens"]
     if tokens is not None:
         sentences = tokens // sequence_length
         if global_batch is not None and global_batch != sentences:
@@ -206,7 +209,7 @@ def batch_sizes(cfg: Mapping[str, Any], world: int, sequence_length: int) -> tup
 
 def schedule_length(sched: Mapping[str, Any], train_epochs: int) -> tuple[int, str]:
     """The schedule's length in epochs and the key that sets it, for messages."""
-    if sched.get("epochs") is None:
+    if sched["epochs"] is None:
         return train_epochs, f"train.epochs={train_epochs}"
     epochs = int(sched["epochs"])
     if epochs < 1:
@@ -235,16 +238,16 @@ def schedule_params(
     named by ``length_key`` in messages.
     """
     optimizer_steps = round(updates_per_epoch * epochs)
-    name = str(sched.get("name", "constant"))
-    warmup_epochs = float(sched.get("warmup_epochs") or 0.0)
+    name = str(sched["name"])
+    warmup_epochs = float(sched["warmup_epochs"])
     if name == "constant":
-        if warmup_epochs or sched.get("warmup_steps"):
+        if warmup_epochs or sched["warmup_steps"]:
             raise PlanError(
                 "schedule.warmup_epochs has no effect with schedule.name=constant: "
                 "use schedule=warmup_piecewise or schedule=warmup_cosine"
             )
         return ScheduleParams(name=name, peak_lr=peak_lr, total_steps=optimizer_steps)
-    explicit = sched.get("warmup_steps")
+    explicit = sched["warmup_steps"]
     warmup = int(explicit) if explicit is not None else round(warmup_epochs * updates_per_epoch)
     # inverse_sqrt has no end (it decays as 1/sqrt(step) forever), so no length can end inside
     # its warmup; a run shorter than the warmup is noted by Plan.notes(), not refused.
@@ -259,7 +262,7 @@ def schedule_params(
             f"steps, {length_key}), which would end inside its warmup: shorten the warmup or "
             f"raise {length_key.split('=')[0]}"
         )
-    boundaries_epochs = list(sched.get("boundaries_epochs") or [])
+    boundaries_epochs = list(sched["boundaries_epochs"])
     if name != "warmup_piecewise":
         boundaries_epochs = []
     for epoch in boundaries_epochs:
@@ -270,7 +273,7 @@ def schedule_params(
             )
     if sorted(boundaries_epochs) != boundaries_epochs:
         raise PlanError(f"schedule.boundaries_epochs={boundaries_epochs} must be increasing")
-    start = sched.get("warmup_start_lr")
+    start = sched["warmup_start_lr"]
     return ScheduleParams(
         name=name,
         peak_lr=peak_lr,
@@ -278,9 +281,9 @@ def schedule_params(
         warmup_steps=warmup,
         warmup_start_lr=peak_lr / world if start is None else float(start),
         boundaries=tuple(round(e * updates_per_epoch) for e in boundaries_epochs),
-        decay_rate=float(sched.get("decay_rate", 0.1)),
-        final_lr=peak_lr * float(sched.get("final_lr_fraction") or 0.0),
-        d_model=int(sched.get("d_model", 512)),
+        decay_rate=float(sched["decay_rate"]),
+        final_lr=peak_lr * float(sched["final_lr_fraction"]),
+        d_model=int(sched["d_model"]),
     )
 
 
@@ -321,47 +324,33 @@ def build_plan(
     Raises :class:`PlanError` listing every problem found, one line each.
     """
     problems: list[str] = []
-    gpus = int(cfg.get("gpus", 0))
+    gpus = int(cfg["gpus"])
     per_node = _collect(problems, lambda: ranks_per_node(gpus, int(cfg["ranks_per_node"])))
-    hosts = per_node and _collect(problems, lambda: resolve_hosts(cfg, per_node, facts.env))
+    hosts = per_node and _collect(problems, lambda: resolve_hosts(cfg, per_node, facts.allocation))
     world = int(cfg["nodes"]) * per_node if hosts else None
     batches = world and _collect(problems, lambda: batch_sizes(cfg, world, data.input_shape[0]))
     knobs = _collect(problems, lambda: horovod_knobs(cfg["horovod"], run_dir))
     epochs = int(cfg["train"]["epochs"])
     if epochs < 1:
         problems.append(f"train.epochs={epochs}: train for at least 1 epoch")
-    pin = bool(cfg.get("pin_to_socket"))
+    pin = bool(cfg["pin_to_socket"])
     if pin and facts.numactl is None:
         problems.append(
             "pin_to_socket=true needs numactl, which is not installed: "
             "install it (apt-get install numactl) or set pin_to_socket=false"
         )
-    launcher = _collect(problems, lambda: launcher_for(str(cfg["launcher"])))
     problems.extend(value_problems(cfg))
-    if cfg.get("predict_scaling"):
+    if cfg["predict_scaling"]:
         problems.extend(predict_scaling_problems(cfg, world, epochs))
-    threads = cfg.get("threads_per_rank")
+    threads = cfg["threads_per_rank"]
     if threads is not None and threads < 1:
         problems.append(f"threads_per_rank={threads}: use 1 or more, or null for cores/ranks")
-    spec = None
-    if hosts and knobs is not None and launcher is not None:
-        spec = LaunchSpec(
-            hosts=hosts,
-            world_size=world,
-            knobs=knobs,
-            worker=(facts.python, "-m", WORKER_MODULE, str(run_dir)),
-            start_timeout=int(cfg["horovod"].get("start_timeout", 60)),
-            cpu_only=gpus == 0,
-            horovodrun=facts.horovodrun,
-            env=facts.env,
-        )
-        problems.extend(launcher.problems(spec))
-    if problems or not batches or spec is None:
+    if problems or not batches or not hosts or knobs is None:
         raise PlanError(problems)
 
     global_batch, micro = batches
     passes = next(k.value for k in knobs if k.key == "backward_passes_per_step")
-    drop = bool(cfg["train"].get("drop_remainder", True))
+    drop = bool(cfg["train"]["drop_remainder"])
     steps = data.num_train // global_batch if drop else math.ceil(data.num_train / global_batch)
     if steps < 1:
         raise PlanError(
@@ -374,7 +363,7 @@ def build_plan(
             "lower it or the global batch"
         )
     opt, sched = cfg["optimizer"], cfg["schedule"]
-    scaling = str(sched.get("scaling", "linear"))
+    scaling = str(sched["scaling"])
     base_lr, base_batch = float(opt["base_lr"]), int(opt["base_batch_size"])
     effective = global_batch * passes
     scaled = scale_learning_rate(base_lr, effective, base_batch, scaling)
@@ -399,8 +388,7 @@ def build_plan(
             updates_per_epoch=steps,
             epochs=epochs,
         )
-    sockets = int(cfg.get("sockets_per_node") or facts.sockets_per_node)
-    command, env = launcher.command(spec)
+    sockets = int(cfg["sockets_per_node"] or facts.sockets_per_node)
     fusion = next((k.value * 1024 for k in knobs if k.key == "fusion_threshold_kb"), None)
     return Plan(
         nodes=int(cfg["nodes"]),
@@ -413,7 +401,7 @@ def build_plan(
         threads_per_rank=int(threads or max(1, facts.cores_per_node // per_node)),
         global_batch_size=global_batch,
         micro_batch_size=micro,
-        val_micro_batch_size=int(cfg.get("val_micro_batch_size") or micro),
+        val_micro_batch_size=int(cfg["val_micro_batch_size"] or micro),
         backward_passes_per_step=passes,
         effective_batch_size=effective,
         num_train=data.num_train,
@@ -431,12 +419,11 @@ def build_plan(
         fusion_threshold_bytes=fusion,
         horovod=knobs,
         launcher=str(cfg["launcher"]),
-        launch_command=command,
-        launch_env=tuple(sorted(env.items())),
         resume_from=None if resume is None else resume.checkpoint,
         initial_epoch=initial_epoch,
         initial_step=initial_step,
         initial_batch=initial_batch,
-        precision=str(cfg["train"].get("precision", "float32")),
-        jit_compile=bool(cfg["train"].get("jit_compile", False)),
+        precision=str(cfg["train"]["precision"]),
+        jit_compile=bool(cfg["train"]["jit_compile"]),
+        worker=(facts.python, "-m", WORKER_MODULE, str(run_dir)),
     )

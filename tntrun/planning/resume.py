@@ -12,10 +12,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from tntrun import run_files
 from tntrun.config.schema import TntrunConfig
+from tntrun.contract import run_files
+from tntrun.contract.checkpoints import CheckpointMeta, latest_checkpoint, read_meta
 from tntrun.errors import PlanError
-from tntrun.planning.checkpoints import CheckpointMeta, latest_checkpoint, read_meta
 
 RESUME_KEYS = ("resume", "resume_allow_layout_change")
 AUTO = "auto"  # resume=auto: the newest unfinished run of the same config
@@ -57,7 +57,7 @@ def resume_position(
 @dataclass(frozen=True)
 class ResumedRun:
     run_dir: Path
-    mlflow_run_id: str
+    run_id: str  # the tracked run it continues
     config: DictConfig
     point: ResumePoint
     how: str = ""  # how the run was chosen (resume=..., a requeued Slurm job)
@@ -129,8 +129,8 @@ def load_resumed_run(
             f"resume={reference}: {run_dir} holds no complete checkpoint "
             "(checkpoint.every_epochs=0, or the run stopped before its first one)"
         )
-    run_id_file = run_dir / run_files.RUN_ID
-    if not run_id_file.is_file():
+    run_id = run_files.read_run_id(run_dir)
+    if run_id is None:
         raise PlanError(
             f"resume={reference}: {run_dir} was not made by tntrun (no {run_files.RUN_ID})"
         )
@@ -142,7 +142,7 @@ def load_resumed_run(
     config.resume_allow_layout_change = allow_layout_change
     return ResumedRun(
         run_dir=run_dir,
-        mlflow_run_id=run_id_file.read_text().strip(),
+        run_id=run_id,
         config=config,
         point=ResumePoint(str(checkpoint), read_meta(checkpoint), allow_layout_change),
         how=how or f"resume={reference}",

@@ -4,20 +4,37 @@ The tracker is chosen by ``tracking._target_`` (tntrun's MLflow tracker by
 default) and only the driver uses it: the ranks write metrics into the run
 directory and the driver relays them. A tracker must end every run it opened
 (FINISHED, FAILED or KILLED), so no store keeps a run RUNNING after tntrun exits.
+
+A tracker implements :class:`Tracker`, the core every run needs; what only some
+stores can do (a browser UI, system metrics, dataset inputs, lost-run clean-up,
+a sweep's child runs) is a capability of its own, checked with ``isinstance``.
+Outside ``tracking/mlflow*`` runs are :class:`RunSummary` values, never a store's objects.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from tntrun.contract.metrics import MetricPoint
 
 if TYPE_CHECKING:
     from tntrun.tracking.runs_table import DatasetRecord
 
-# (key, value, timestamp in ms, step): one metric point
-MetricPoint = tuple[str, float, int, int]
+
+@dataclass(frozen=True)
+class RunSummary:
+    """A tracked run as tntrun reads it back: who it is, how it ended, what it recorded."""
+
+    run_id: str
+    name: str | None = None
+    status: str = "RUNNING"  # RUNNING, FINISHED, FAILED or KILLED
+    params: Mapping[str, str] = field(default_factory=dict)
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    tags: Mapping[str, str] = field(default_factory=dict)
 
 
 class Tracker(Protocol):
@@ -35,15 +52,13 @@ class Tracker(Protocol):
         self, run_name: str | None, tags: Mapping[str, str], parent_run_id: str | None = None
     ) -> str: ...
 
-    def reopen(self, run_id: str, tags: Callable[[Mapping[str, str]], Mapping[str, str]]) -> str:
+    def reopen(self, run_id: str) -> dict[str, str]:
         """Mark an existing run RUNNING again (a resumed run continues in it), without the
-        tags that said how it ended (``driver_lost``, ``preempted``), and set the tags that
-        ``tags`` makes of the ones it had (after ending the store's lost runs)."""
+        tags that said how it ended (``driver_lost``, ``preempted``); the tags it had."""
         ...
 
-    def end_lost_runs(self) -> list[str]:
-        """End the store's RUNNING runs whose driver is gone (KILLED, ``driver_lost``); their
-        ids. Every tntrun command on a store does it."""
+    def attach(self, run_id: str) -> None:
+        """Work on an existing run (raises LookupError when the store has none by that id)."""
         ...
 
     def unfinished_runs(self, tags: Mapping[str, str]) -> list[tuple[str, str | None]]:
@@ -51,30 +66,23 @@ class Tracker(Protocol):
         newest first (``resume=auto``, a requeued Slurm job)."""
         ...
 
-    def attach(self, run_id: str) -> None:
-        """Work on an existing run (raises LookupError when the store has none by that id)."""
-        ...
-
     def log_params(self, params: Mapping[str, Any]) -> None: ...
-
-    def log_dataset(self, dataset: DatasetRecord) -> None:
-        """Record the dataset the run trains on (name, source, digest, sizes)."""
-        ...
-
     def log_metrics(self, points: Sequence[MetricPoint]) -> None: ...
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None: ...
     def set_tag(self, key: str, value: str) -> None: ...
-    def tags(self) -> dict[str, str]: ...
-    def metrics(self) -> dict[str, float]: ...
-    def children(self) -> list[Any]: ...
 
-    def system_metrics(
-        self, enabled: bool, interval_s: float, node_id: str | None
-    ) -> AbstractContextManager[None]: ...
+    def summary(self) -> RunSummary:
+        """The run as the store holds it now (its final metrics, the tags it recorded)."""
+        ...
 
     def finish(self, status: str) -> None:
         """End the run with FINISHED, FAILED or KILLED."""
         ...
+
+
+@runtime_checkable
+class Browsable(Protocol):
+    """A store with a UI: the driver prints how to open it at the end of a run."""
 
     def ui_command(self) -> list[str]:
         """The command that shows the store in a browser."""
@@ -83,6 +91,51 @@ class Tracker(Protocol):
     def ui_url(self) -> str:
         """The run's page in the browser once ``ui_command()`` runs."""
         ...
+
+
+@runtime_checkable
+class SystemMetrics(Protocol):
+    """A tracker that samples this node's CPU, memory and GPUs into the run."""
+
+    def system_metrics(
+        self, enabled: bool, interval_s: float, node_id: str | None
+    ) -> AbstractContextManager[None]: ...
+
+
+@runtime_checkable
+class DatasetLogging(Protocol):
+    """A tracker that records the dataset a run trains on as a structured input."""
+
+    def log_dataset(self, dataset: DatasetRecord) -> None:
+        """Record the dataset the run trains on (name, source, digest, sizes)."""
+        ...
+
+
+@runtime_checkable
+class LostRunCleanup(Protocol):
+    """A store whose RUNNING runs can outlive a killed driver, and a way to end them."""
+
+    def end_lost_runs(self) -> list[str]:
+        """End the store's RUNNING runs whose driver is gone (KILLED, ``driver_lost``); their
+        ids. Every tntrun command on a store does it."""
+        ...
+
+
+@runtime_checkable
+class NestedRuns(Protocol):
+    """A store that nests runs: a sweep's parent run and a child run per job."""
+
+    def children(self) -> list[RunSummary]:
+        """The runs nested under this one."""
+        ...
+
+
+def children_of(tracker: Tracker) -> list[RunSummary]:
+    """The runs nested under the tracker's run (a sweep's jobs); only a :class:`NestedRuns`
+    tracker can tell."""
+    if not isinstance(tracker, NestedRuns):
+        raise TypeError(f"{type(tracker).__name__} cannot list a sweep's child runs")
+    return tracker.children()
 
 
 def tracker_for(settings: Mapping[str, Any], output_root: Path) -> Tracker:

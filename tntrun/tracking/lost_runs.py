@@ -3,35 +3,31 @@
 A SIGKILLed driver (the OOM killer, Slurm's KillWait, a lost login node) cannot end
 its run. The next tntrun run on the same store (a new or a resumed one), ``tntrun ui``
 and ``tntrun sync`` look at the RUNNING runs and end those whose driver is gone
-(:func:`tntrun.launch.driver_alive.lost_driver`).
+(:func:`tntrun.contract.driver_alive.lost_driver`); the store's tracker does the ending.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any
+from collections.abc import Iterable
 
-from tntrun.launch.driver_alive import lost_driver
+from tntrun.contract.driver_alive import lost_driver
+from tntrun.tracking import RunSummary
 
 DRIVER_LOST_TAG = "driver_lost"
 
 
-def end_lost_runs(client: Any, here: str | None = None) -> list[str]:
-    """End every RUNNING run of the store whose driver is gone; their ids."""
-    experiments = [e.experiment_id for e in client.search_experiments()]
-    if not experiments:
-        return []
-    ended = []
-    for run in client.search_runs(experiments, filter_string="attributes.status = 'RUNNING'"):
-        why = lost_driver(run.data.tags, here)
-        if why is None:
-            continue
-        client.set_tag(run.info.run_id, DRIVER_LOST_TAG, why)
-        client.set_terminated(run.info.run_id, status="KILLED")
-        print(
-            f"tntrun: run {run.info.run_id} ended KILLED: {why} ({DRIVER_LOST_TAG})",
-            file=sys.stderr,
-            flush=True,
-        )
-        ended.append(run.info.run_id)
-    return ended
+def lost_runs(running: Iterable[RunSummary], here: str | None = None) -> list[tuple[str, str]]:
+    """(run id, why) of the RUNNING runs whose driver is gone."""
+    found = []
+    for run in running:
+        why = lost_driver(dict(run.tags), here)
+        if why is not None:
+            found.append((run.run_id, why))
+    return found
+
+
+def announce_lost(run_id: str, why: str) -> None:
+    print(
+        f"tntrun: run {run_id} ended KILLED: {why} ({DRIVER_LOST_TAG})", file=sys.stderr, flush=True
+    )

@@ -1,57 +1,19 @@
-"""Metrics from rank 0 to the driver through ``<run dir>/metrics.jsonl``.
+"""The driver's side of the metrics stream (its format: :mod:`tntrun.contract.metrics`).
 
-No rank imports MLflow (its import alone costs seconds before the first
-step): rank 0 appends one JSON line per ``log`` call, and the driver, which has
-MLflow loaded anyway, relays new lines into the run about once a second and
-once more when the ranks have ended, so nothing written is lost even when a
-rank dies. While the tracking store is down the lines wait in the file; the
-relay sends them, in order and once, when it answers again.
+The driver, which has MLflow loaded anyway, relays rank 0's new lines into the
+run about once a second and once more when the ranks have ended, so nothing
+written is lost even when a rank dies. While the tracking store is down the
+lines wait in the file; the relay sends them, in order and once, when it
+answers again.
 """
 
 from __future__ import annotations
 
-import json
 import threading
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from tntrun.run_files import METRICS as METRICS_FILE
-from tntrun.tracking import MetricPoint
-
-
-class MetricsWriter:
-    """Rank 0's side: append ``{"t": ms, "step": n, "metrics": {...}}`` lines."""
-
-    def __init__(self, run_dir: Path) -> None:
-        self._file = (run_dir / METRICS_FILE).open("a", buffering=1)  # line-buffered
-
-    def log(self, metrics: dict[str, float], step: int) -> None:
-        values = {k: float(v) for k, v in sorted(metrics.items())}
-        line = json.dumps({"t": int(time.time() * 1000), "step": int(step), "metrics": values})
-        self._file.write(line + "\n")
-
-    def close(self) -> None:
-        self._file.close()
-
-
-def parse_lines(lines: Iterable[str]) -> list[MetricPoint]:
-    """The metric points of complete JSON lines."""
-    points = []
-    for line in lines:
-        record = json.loads(line)
-        t, step = int(record["t"]), int(record["step"])
-        points += [(key, value, t, step) for key, value in record["metrics"].items()]
-    return points
-
-
-def last_values(path: Path) -> dict[str, float]:
-    """Each metric's last value in a metrics file (the run's final metrics, read locally)."""
-    if not path.exists():
-        return {}
-    complete = path.read_bytes()
-    complete = complete[: complete.rfind(b"\n") + 1]
-    return {key: value for key, value, _, _ in parse_lines(complete.decode().splitlines())}
+from tntrun.contract.metrics import MetricPoint, parse_lines
 
 
 class MetricsRelay:

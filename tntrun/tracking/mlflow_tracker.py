@@ -11,18 +11,26 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from tntrun.tracking import MetricPoint
-from tntrun.tracking.lost_runs import DRIVER_LOST_TAG, end_lost_runs
-from tntrun.tracking.outage import bound_http_retries
+from tntrun.config.schema import TrackingConfig
+from tntrun.tracking import MetricPoint, RunSummary
+from tntrun.tracking.lost_runs import DRIVER_LOST_TAG, announce_lost, lost_runs
+from tntrun.tracking.mlflow_store import (
+    bound_http_retries,
+    store_lock,
+    store_problems,
+    tracking_uri,
+)
+from tntrun.tracking.mlflow_ui import run_url, server_command
+from tntrun.tracking.outage import is_remote
 from tntrun.tracking.run_record import PREEMPTED_TAG
 from tntrun.tracking.runs_table import DatasetRecord
-from tntrun.tracking.store import store_lock, store_problems, tracking_uri
+from tntrun.tracking.store_check import open_problems
 
 MAX_PARAM_VALUE = 6000  # MLflow truncates longer values.
 PARAMS_PER_BATCH = 100  # MLflow's log_batch limits.
@@ -42,7 +50,10 @@ class MlflowTracker:
 
     def __init__(self, settings: Mapping[str, Any], output_root: Path) -> None:
         self.store = tracking_uri(settings.get("uri"), Path(output_root))
-        self.experiment_name = str(settings.get("experiment_name") or "tntrun")
+        # `tntrun report` and a store lookup name only the store: the schema's experiment.
+        self.experiment_name = str(
+            settings.get("experiment_name") or TrackingConfig.experiment_name
+        )
         self.artifact_root = Path(output_root) / ARTIFACTS
         self.run_id: str | None = None
         self._experiment_id: str | None = None
@@ -70,7 +81,7 @@ class MlflowTracker:
         return client
 
     def problems(self) -> list[str]:
-        return store_problems(self.store)
+        return store_problems(self.store) or open_problems(self.store)
 
     @property
     def experiment_id(self) -> str:
@@ -84,10 +95,7 @@ class MlflowTracker:
             with store_lock(self.store):  # one creator of the experiment among parallel drivers
                 experiment = client.get_experiment_by_name(self.experiment_name)
                 if experiment is None:
-                    location = (self.artifact_root / self.experiment_name).resolve().as_uri()
-                    self._experiment_id = client.create_experiment(
-                        self.experiment_name, location, tags={EXPERIMENT_KIND: MODEL_TRAINING}
-                    )
+                    self._experiment_id = self.create_experiment(client)
                 else:
                     self._experiment_id = experiment.experiment_id
                     if not experiment.tags.get(EXPERIMENT_KIND):  # a user's choice stays
@@ -96,13 +104,37 @@ class MlflowTracker:
                         )
         return self._experiment_id
 
+    def create_experiment(self, client: Any) -> str:
+        """The new experiment's id, or that of the one another driver created meanwhile
+        (behind a server, drivers on other machines share no lock)."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            return client.create_experiment(
+                self.experiment_name,
+                self.new_experiment_artifacts(),
+                tags={EXPERIMENT_KIND: MODEL_TRAINING},
+            )
+        except MlflowException as err:
+            if err.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+            return client.get_experiment_by_name(self.experiment_name).experiment_id
+
+    def new_experiment_artifacts(self) -> str | None:
+        """Where a new experiment keeps its artifacts: the server's default behind an
+        ``http(s)://`` store (proxied ``mlflow-artifacts:``, readable by the whole team),
+        else a folder under output_root (a local store has no artifact server)."""
+        if is_remote(self.store):
+            return None
+        return (self.artifact_root / self.experiment_name).resolve().as_uri()
+
     def start(
         self, run_name: str | None, tags: Mapping[str, str], parent_run_id: str | None = None
     ) -> str:
         tags = dict(tags)
         if parent_run_id:
             tags["mlflow.parentRunId"] = parent_run_id
-        end_lost_runs(self.client)  # runs whose driver died before it could end them
+        self.end_lost_runs()  # runs whose driver died before it could end them
         run = self.client.create_run(self.experiment_id, run_name=run_name, tags=tags)
         self.run_id = run.info.run_id
         return self.run_id
@@ -116,25 +148,35 @@ class MlflowTracker:
             raise LookupError(f"no run {run_id} in {self.store}") from None
         self.run_id, self._experiment_id = run_id, run.info.experiment_id
 
-    def reopen(self, run_id: str, tags: Callable[[Mapping[str, str]], Mapping[str, str]]) -> str:
-        end_lost_runs(self.client)
+    def reopen(self, run_id: str) -> dict[str, str]:
+        self.end_lost_runs()
         self.attach(run_id)
-        before = self.client.get_run(run_id).data.tags
+        before = dict(self.client.get_run(run_id).data.tags)
         for ended in (DRIVER_LOST_TAG, PREEMPTED_TAG):  # it lives again
             if ended in before:
                 self.client.delete_tag(run_id, ended)
         self.client.update_run(run_id, status="RUNNING")
-        for key, value in tags(before).items():
-            self.client.set_tag(run_id, key, value)
-        return run_id
+        return before
 
-    def end_lost_runs(self) -> list[str]:
-        return end_lost_runs(self.client)
+    def end_lost_runs(self, here: str | None = None) -> list[str]:
+        """End every RUNNING run of the store whose driver is gone; their ids."""
+        client = self.client
+        experiments = [e.experiment_id for e in client.search_experiments()]
+        if not experiments:
+            return []
+        running = client.search_runs(experiments, filter_string="attributes.status = 'RUNNING'")
+        ended = []
+        for run_id, why in lost_runs(map(summary_of, running), here):
+            client.set_tag(run_id, DRIVER_LOST_TAG, why)
+            client.set_terminated(run_id, status="KILLED")
+            announce_lost(run_id, why)
+            ended.append(run_id)
+        return ended
 
     def unfinished_runs(self, tags: Mapping[str, str]) -> list[tuple[str, str | None]]:
         """(run id, run directory) of the experiment's KILLED and FAILED runs with ``tags``,
         newest first; runs whose driver is gone are ended first."""
-        end_lost_runs(self.client)
+        self.end_lost_runs()
         where = " and ".join(f"tags.{key} = '{value}'" for key, value in tags.items())
         runs = self.client.search_runs(
             [self.experiment_id], filter_string=where, order_by=["attributes.start_time DESC"]
@@ -145,11 +187,12 @@ class MlflowTracker:
             if run.info.status in ("KILLED", "FAILED")
         ]
 
-    def children(self) -> list[Any]:
+    def children(self) -> list[RunSummary]:
         """The runs nested under this one."""
-        return self.client.search_runs(
+        runs = self.client.search_runs(
             [self.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{self.run_id}'"
         )
+        return [summary_of(run) for run in runs]
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         from mlflow.entities import Param
@@ -214,24 +257,30 @@ class MlflowTracker:
     def set_tag(self, key: str, value: str) -> None:
         self.client.set_tag(self.run_id, key, value)
 
-    def tags(self) -> dict[str, str]:
-        return dict(self.client.get_run(self.run_id).data.tags)
+    def summary(self) -> RunSummary:
+        return summary_of(self.client.get_run(self.run_id))
 
     def finish(self, status: str) -> None:
         self.client.set_terminated(self.run_id, status=status)
 
-    def metrics(self) -> dict[str, float]:
-        return dict(self.client.get_run(self.run_id).data.metrics)
-
     def ui_command(self) -> list[str]:
-        from tntrun.tracking.ui import server_command
-
         return server_command(self.store)
 
     def ui_url(self) -> str:
-        from tntrun.tracking.ui import run_url
-
         return run_url(self.experiment_id, str(self.run_id))
+
+
+def summary_of(run: Any) -> RunSummary:
+    """tntrun's summary of an MLflow ``Run``."""
+    info, data = run.info, run.data
+    return RunSummary(
+        run_id=info.run_id,
+        name=info.run_name,
+        status=info.status,
+        params=dict(data.params),
+        metrics=dict(data.metrics),
+        tags=dict(data.tags),
+    )
 
 
 def dataset_input(dataset: DatasetRecord) -> Any:

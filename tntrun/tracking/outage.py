@@ -1,4 +1,4 @@
-"""Tracking through an outage of the store (an ``http(s)://`` MLflow server gone away).
+"""Tracking through an outage of the store (an ``http(s)://`` server gone away).
 
 Training never waits for the store: rank 0's metrics stay in ``metrics.jsonl``
 and the relay sends them, in order and once, when the server answers again.
@@ -8,40 +8,30 @@ then, it writes ``tracking_pending.json`` into the run directory, prints the
 command that replays it (``tntrun sync <run dir>``) and exits with
 :data:`EXIT_TRACKING_PENDING`.
 
-MLflow's HTTP client retries a request 7 times with backoff factor 2 (about
-four minutes) before it fails; :func:`bound_http_retries` bounds one failing
-request to seconds, so tntrun's own loops (the relay's every second, the end's
-grace period) decide how long to keep trying.
+A tracker's client should fail a request to a store gone away within seconds
+(:func:`tntrun.tracking.mlflow_store.bound_http_retries` does it for MLflow),
+so that these loops decide how long to keep trying.
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import os
 import re
 import shlex
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from urllib.parse import urlparse
 
-from tntrun.run_files import TRACKING_PENDING
+from tntrun.contract.run_files import TRACKING_PENDING
 from tntrun.tracking import Tracker
 from tntrun.tracking.metrics_stream import MetricsRelay
-from tntrun.tracking.store import store_problems
 
 # The training succeeded but its record did not reach the store: `tntrun sync` completes it.
 EXIT_TRACKING_PENDING = 3
 RETRY_EVERY_S = 2.0  # between attempts to deliver the rest at the end of a run
-# Defaults for MLflow's HTTP client in the driver (a variable already set wins): a refused
-# connection fails after about 3 s (retries after 0 s and 2 s) instead of about 4 minutes.
-HTTP_CLIENT_LIMITS = {
-    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
-    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-    "MLFLOW_HTTP_REQUEST_TIMEOUT": "20",  # a server that accepts but never answers
-}
 
 
 def is_remote(uri: str) -> bool:
@@ -49,13 +39,18 @@ def is_remote(uri: str) -> bool:
     return urlparse(uri).scheme in ("http", "https")
 
 
-def bound_http_retries(uri: str) -> None:
-    """Bound MLflow's HTTP retries in this process for a remote store (see the module doc)."""
-    if is_remote(uri):
-        for name, value in HTTP_CLIENT_LIMITS.items():
-            os.environ.setdefault(name, value)
-        # One line from tntrun says the store is down, not two of urllib3's per request.
-        logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+def unreachable(uri: str, timeout_s: float) -> OSError | None:
+    """Why the server of a remote store does not accept connections (None: it does, or the
+    store is not behind a server)."""
+    parsed = urlparse(uri)
+    if not (is_remote(uri) and parsed.hostname):
+        return None
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        socket.create_connection((parsed.hostname, port), timeout=timeout_s).close()
+    except OSError as err:
+        return err
+    return None
 
 
 def is_outage(err: BaseException, uri: str) -> bool:
@@ -67,7 +62,7 @@ def is_outage(err: BaseException, uri: str) -> bool:
         if isinstance(seen, OSError):  # requests' connection errors and timeouts are OSErrors
             return True
         seen = seen.__cause__ or seen.__context__
-    return bool(store_problems(uri, timeout_s=2.0))
+    return unreachable(uri, timeout_s=2.0) is not None
 
 
 def describe(err: BaseException) -> str:

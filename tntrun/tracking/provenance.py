@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import getpass
 import hashlib
-import importlib.metadata
 import importlib.util
 import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -17,28 +15,7 @@ from pathlib import Path
 
 from tntrun.planning.machine import venv_executable
 
-PACKAGES = {
-    "tensorflow": ("tensorflow-cpu", "tensorflow"),
-    "keras": ("keras",),
-    "horovod": ("horovod",),
-    "hydra": ("hydra-core",),
-    "mlflow": ("mlflow",),
-    "tntrun": ("tntrun",),
-}
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tntrun"
-
-
-def versions() -> dict[str, str]:
-    """Installed versions of Python and the stack, read from package metadata."""
-    found = {"version.python": platform.python_version()}
-    for name, distributions in PACKAGES.items():
-        for dist in distributions:
-            try:
-                found[f"version.{name}"] = importlib.metadata.version(dist)
-                break
-            except importlib.metadata.PackageNotFoundError:
-                continue
-    return found
 
 
 def git_tags(directory: Path) -> dict[str, str]:

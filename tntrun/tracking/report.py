@@ -14,11 +14,13 @@ from __future__ import annotations
 import argparse
 import csv
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tntrun.tracking.mlflow_tracker import MlflowTracker
+from tntrun.config.schema import TrackingConfig
+from tntrun.tracking import RunSummary, Tracker, children_of, tracker_for
+from tntrun.tracking.sweep_parent import parent_run_id
 
 COLUMNS = (
     "run_name",
@@ -39,15 +41,15 @@ COLUMNS = (
 )
 
 
-def rows_of(children: Sequence[Any]) -> list[dict[str, Any]]:
+def rows_of(children: Iterable[RunSummary]) -> list[dict[str, Any]]:
     """One row per child run, sorted by world size, with scaling efficiency filled in."""
     rows = []
     for run in children:
-        params, metrics = run.data.params, run.data.metrics
+        params, metrics = run.params, run.metrics
         row: dict[str, Any] = {
-            "run_name": run.info.run_name,
-            "run_id": run.info.run_id,
-            "status": run.info.status,
+            "run_name": run.name,
+            "run_id": run.run_id,
+            "status": run.status,
             "world_size": int(params.get("plan.world_size", 0)),
             "nodes": params.get("nodes"),
             "ranks_per_node": params.get("plan.ranks_per_node"),
@@ -102,7 +104,7 @@ def _plot(rows: list[dict[str, Any]], key: str, label: str, path: Path) -> Path:
     return path
 
 
-def write_report(tracker: MlflowTracker, children: Sequence[Any], out_dir: Path) -> Path:
+def write_report(tracker: Tracker, children: Sequence[RunSummary], out_dir: Path) -> Path:
     """Write the table and plots for ``children`` and log them to the parent run."""
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = rows_of(children)
@@ -121,13 +123,11 @@ def write_report(tracker: MlflowTracker, children: Sequence[Any], out_dir: Path)
     return out_dir
 
 
-def find_parent(reference: str, uri: str | None) -> MlflowTracker:
-    """The parent run of a sweep directory (its marker file) or a parent run id."""
-    from tntrun.tracking.sweep import PARENT_FILE
-
-    marker = Path(reference) / PARENT_FILE
-    run_id = marker.read_text().strip() if marker.exists() else reference
-    tracker = MlflowTracker.at(uri)
+def find_parent(reference: str, uri: str | None) -> Tracker:
+    """The parent run of a sweep directory (its marker file) or a parent run id, in the
+    default tracker's store at ``uri``."""
+    run_id = parent_run_id(Path(reference)) or reference
+    tracker = tracker_for({"_target_": TrackingConfig._target_, "uri": uri}, Path("outputs"))
     tracker.attach(run_id)
     return tracker
 
@@ -149,7 +149,7 @@ def main(argv: Sequence[str]) -> int:
     except LookupError as err:
         print(f"tntrun report: {args.sweep} is neither a sweep directory nor a run ({err})")
         return 2
-    children = tracker.children()
+    children = children_of(tracker)
     if not children:
         print(f"tntrun report: run {tracker.run_id} has no child runs")
         return 2

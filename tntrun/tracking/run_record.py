@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from tntrun import run_files
-from tntrun.launch.driver_alive import driver_tags
-from tntrun.launch.preemption import slurm_tags
-from tntrun.launch.rank_logs import find_failure
-from tntrun.planning.checkpoints import best_checkpoint, latest_checkpoint
+from tntrun.contract import run_files
+from tntrun.contract.checkpoints import best_checkpoint, latest_checkpoint
+from tntrun.contract.driver_alive import driver_tags
+from tntrun.contract.rank_logs import find_failure
+from tntrun.environments import detect
+from tntrun.planning.machine import versions
 from tntrun.planning.plan import Plan
 from tntrun.tracking import Tracker
-from tntrun.tracking.provenance import git_tags, horovod_build, source_tags, versions
+from tntrun.tracking.provenance import git_tags, horovod_build, source_tags
 
 PREEMPTED_TAG = "preempted"
 
@@ -31,7 +33,7 @@ def start_tags(
         "world_size": str(plan.world_size),
         "hosts": ",".join(f"{host}:{slots}" for host, slots in plan.hosts),
         **driver_tags(),  # host, pid, start time: a later command tells if it is gone
-        **slurm_tags(),  # a requeued job finds its run by it
+        **detect(os.environ).tags(),  # a requeued job finds its run by it
         "launch_command": " ".join(plan.launch_command),
         "run_dir": str(run_dir),
         "config_hash": problem,

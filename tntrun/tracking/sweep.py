@@ -1,4 +1,4 @@
-"""Hydra sweeps (``tntrun -m ...``) as one MLflow parent run with a child run per job.
+"""Hydra sweeps (``tntrun -m ...``) as one parent run with a child run per job.
 
 The parent is created in ``on_multirun_start``, before any job runs, which
 also creates the store and the experiment once, so parallel launchers never
@@ -16,10 +16,11 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from tntrun.tracking import Tracker, tracker_for
+from tntrun.tracking import Tracker, children_of, tracker_for
 from tntrun.tracking.provenance import source_tags
+from tntrun.tracking.report import write_report
+from tntrun.tracking.sweep_parent import PARENT_FILE, parent_run_id
 
-PARENT_FILE = "mlflow_parent_run_id"
 # Jobs of the sweeps ended in this process whose runs did not finish, as the store says:
 # with a cluster launcher (submitit) the jobs ran elsewhere and only the store knows.
 unfinished_jobs: list[str] = []
@@ -34,8 +35,7 @@ def sweep_parent() -> str | None:
     hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode != RunMode.MULTIRUN:
         return None
-    marker = Path(hydra_cfg.sweep.dir) / PARENT_FILE
-    return marker.read_text().strip() if marker.exists() else None
+    return parent_run_id(Path(hydra_cfg.sweep.dir))
 
 
 class SweepTracking(Callback):
@@ -62,24 +62,20 @@ class SweepTracking(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
-        marker = sweep_dir / PARENT_FILE
-        if not marker.exists():
+        parent = parent_run_id(sweep_dir)
+        if parent is None:
             return
         tracker = _tracker(config)
-        tracker.attach(marker.read_text().strip())
-        children = tracker.children()
-        statuses = [child.info.status for child in children]
+        tracker.attach(parent)
+        children = children_of(tracker)
+        statuses = [child.status for child in children]
         tracker.set_tag("children", str(len(children)))
         tracker.set_tag("children.finished", str(statuses.count("FINISHED")))
-        from tntrun.tracking.report import write_report
-
         if children:
             write_report(tracker, children, sweep_dir / "report")
         ok = statuses and all(status == "FINISHED" for status in statuses)
         tracker.finish("FINISHED" if ok else "FAILED")
-        unfinished_jobs.extend(
-            child.info.run_id for child in children if child.info.status != "FINISHED"
-        )
+        unfinished_jobs.extend(child.run_id for child in children if child.status != "FINISHED")
         if not children:
             unfinished_jobs.append(f"sweep {sweep_dir.name}: no job recorded a run")
         print(

@@ -17,7 +17,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from tntrun import run_files
+from tntrun.contract import run_files
 from tntrun.tracking.outage import EXIT_TRACKING_PENDING, Pending, describe
 
 EXIT_NOT_A_RUN = 2
@@ -60,13 +60,13 @@ def sync(run_dir: Path, pending: Pending, uri: str, wait_s: float = 0.0) -> int:
     """Deliver ``pending`` into the store at ``uri``; the exit code."""
     from omegaconf import OmegaConf
 
-    from tntrun.tracking import tracker_for
+    from tntrun.tracking import LostRunCleanup, tracker_for
     from tntrun.tracking.metrics_stream import MetricsRelay
     from tntrun.tracking.outage import Delivery, is_outage, sync_line
 
     cfg = OmegaConf.load(run_dir / run_files.CONFIG)
     settings = {**OmegaConf.to_container(cfg.tracking, resolve=True), "uri": uri}
-    tracker = tracker_for(settings, Path(str(cfg.get("output_root", "outputs"))))
+    tracker = tracker_for(settings, Path(str(cfg.output_root)))
     pending.store = uri  # another store than the run's: its run is found by id or made anew
     problems = tracker.problems()
     if problems:
@@ -111,7 +111,8 @@ def sync(run_dir: Path, pending: Pending, uri: str, wait_s: float = 0.0) -> int:
     error = delivery.within(wait_s)
     if error is None:
         Pending.clear(run_dir)
-        tracker.end_lost_runs()  # as every tntrun command on a store
+        if isinstance(tracker, LostRunCleanup):
+            tracker.end_lost_runs()  # as every tntrun command on a store
         print(
             f"tntrun sync: {tracker.label} run {tracker.run_id} in {uri}: "
             f"{relay.lines_sent} metric lines, the outputs and status {pending.status} "
@@ -142,7 +143,7 @@ def rebuilt_tags(run_dir: Path) -> dict[str, str]:
     """Start tags for a run created by sync without the driver's record of them."""
     from omegaconf import OmegaConf
 
-    from tntrun.planning.checkpoints import config_hash
+    from tntrun.contract.checkpoints import config_hash
     from tntrun.planning.plan import Plan
     from tntrun.tracking.run_record import start_tags
 

@@ -1,0 +1,1 @@
+"""More than one host: netns hosts over ssh, a real Slurm cluster, shaped links."""

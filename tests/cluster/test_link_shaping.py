@@ -1,0 +1,128 @@
+"""The shaped link and CPU share of the test hosts, and the arithmetic of the benchmarks on them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bench.wire import (
+    median_and_spread,
+    parse_rate,
+    relative_errors,
+    ring_bound_s,
+    weak_scaling_efficiency,
+    within,
+)
+from tests.helpers.components import missing
+from tests.helpers.paths import SCRIPTS
+from tntrun.launch.remote_hosts import ssh_command
+
+
+def test_rates_read_as_tc_reads_them():
+    assert parse_rate("1gbit") == 1e9
+    assert parse_rate("500mbit") == 5e8
+    assert parse_rate("2.5gbit") == 2.5e9
+    assert parse_rate("100kbit") == 1e5
+    with pytest.raises(ValueError, match="use e.g. 1gbit"):
+        parse_rate("1GB/s")
+
+
+def test_the_ring_bound_moves_two_n_minus_one_over_n_of_the_data():
+    # ResNet-50's gradients (25.56 M float32) on 2 ranks at 1 Gbit/s: the data once, 0.82 s.
+    assert ring_bound_s(25_557_032 * 4, 2, 1e9) == pytest.approx(0.8178, abs=1e-4)
+    assert ring_bound_s(1e9, 4, 8e9) == pytest.approx(1.5)  # 2 * 3/4 of 1 GB at 1 GB/s
+    assert ring_bound_s(1e9, 1, 1e9) == 0.0  # nothing to exchange
+
+
+def test_medians_spreads_and_tolerances():
+    assert median_and_spread([1.0, 1.2, 0.9]) == (1.0, pytest.approx(0.3))
+    assert within(0.93e9, 1e9, 0.10) and not within(0.89e9, 1e9, 0.10)
+
+
+def test_prediction_errors_pair_repeats_and_say_which_way():
+    assert relative_errors([33.0, 20.0], [30.0, 25.0]) == [pytest.approx(0.1), pytest.approx(-0.2)]
+    with pytest.raises(ValueError):
+        relative_errors([1.0, 2.0], [1.0])  # a lost repeat must not shift the pairs
+
+
+def test_weak_scaling_efficiency_is_the_sweep_reports_efficiency():
+    from tntrun.tracking import RunSummary
+    from tntrun.tracking.report import rows_of
+
+    step_ms = {1: 10.0, 2: 25.0, 4: 40.0}
+    micro = 32  # fixed per rank: throughput(N) = N x micro / step(N)
+
+    def run(n: int) -> RunSummary:
+        return RunSummary(
+            run_id=str(n),
+            name=f"job{n}",
+            status="FINISHED",
+            params={"plan.world_size": str(n)},
+            metrics={"steady_samples_per_s": n * micro / step_ms[n] * 1e3},
+        )
+
+    report = {row["world_size"]: row["scaling_efficiency"] for row in rows_of(map(run, step_ms))}
+    assert weak_scaling_efficiency(step_ms) == pytest.approx(report)
+    assert weak_scaling_efficiency(step_ms) == pytest.approx({1: 1.0, 2: 0.4, 4: 0.25})
+
+
+def netns_hosts_sh(hosts, action: str, value: str) -> dict:
+    """``netns_hosts.sh ACTION STATE VALUE`` on the test hosts; what it measured (1 s)."""
+    done = subprocess.run(
+        ["bash", str(SCRIPTS / "netns_hosts.sh"), action, str(Path(hosts.key).parent), value],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "TNT_MEASURE_S": "1"},
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def on_host(hosts, index: int, command: str) -> str:
+    """What ``command`` prints on the test host ``index``, run there over ssh as tntrun does."""
+    ssh = ssh_command(hosts.addresses[index], int(hosts.port), hosts.key, timeout=10)
+    return subprocess.run(
+        [*ssh, command], capture_output=True, text=True, timeout=30, check=True
+    ).stdout
+
+
+@pytest.mark.slow
+def test_a_cpu_share_is_a_number_of_cores(tmp_path):
+    for bad in ("half", "0.01"):
+        done = subprocess.run(
+            ["bash", str(SCRIPTS / "netns_hosts.sh"), "cpu", str(tmp_path), bad],
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 2 and "CORES: e.g. 0.5" in done.stderr, done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "action, asked, unit, lifted_above",
+    [
+        ("shape", {"1gbit": 1e9, "200mbit": 2e8}, "bits_per_s", 2e9),  # link rate
+        ("cpu", {"0.5": 0.5, "1": 1.0}, "cores", 1.5),  # each host's CPU quota
+    ],
+)
+def test_the_hosts_get_the_link_rate_and_cpu_share_asked(
+    netns_hosts, action, asked, unit, lifted_above
+):
+    cgroups = ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "/sys/fs/cgroup/cgroup.controllers")
+    if action == "cpu" and not any(Path(p).exists() for p in cgroups):
+        missing("a cgroup CPU controller", "a kernel with cgroup v1 cpu or cgroup v2")
+    try:
+        for value, expected in asked.items():
+            measured = netns_hosts_sh(netns_hosts, action, value)[unit]
+            assert within(measured, expected, 0.10), (value, measured)
+        if action == "cpu":  # what a rank started over ssh gets: host 2's cgroup and core
+            assert "tntrun-h2" in on_host(netns_hosts, 1, "cat /proc/self/cgroup")
+            assert on_host(netns_hosts, 1, "taskset -pc $$").split()[-1] == "1"
+    finally:
+        lifted = netns_hosts_sh(netns_hosts, action, "off")[unit]  # as the other tests use them
+    assert lifted > lifted_above

@@ -1,0 +1,1 @@
+"""Config composition, the semantic checks, the CLI's flags and the seed recipes."""

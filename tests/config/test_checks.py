@@ -1,0 +1,155 @@
+"""Every semantic check: one line naming the key and a fix, exit code 2, no MLflow run."""
+
+from __future__ import annotations
+
+import pytest
+
+from tntrun import api
+from tntrun.errors import PlanError
+
+CHECKS = [
+    (
+        ["global_batch_size=63"],
+        "global_batch_size=63 is not divisible by the world size 2: use global_batch_size=62 or 64",
+    ),
+    (["global_batch_size=1"], "global_batch_size=1 gives a micro-batch < 1 on 2 ranks"),
+    (["micro_batch_size=0"], "micro_batch_size=0: a rank needs at least 1 sample per step"),
+    (
+        ["global_batch_size=64", "micro_batch_size=16"],
+        "global_batch_size=64 and micro_batch_size=16 disagree on 2 ranks",
+    ),
+    (["ranks_per_node=0"], "ranks_per_node=0: nodes x ranks per node must be at least 1"),
+    (["nodes=0"], "nodes=0: nodes x ranks per node must be at least 1"),
+    (["hosts=[a,b,c]", "nodes=2"], "hosts lists 3 hosts but nodes=2: set nodes=3 or list 2"),
+    (["nodes=2"], "nodes=2 needs the hosts to run on: give hosts=[h1,h2,...]"),
+    (["hostfile=/no/such/hostfile"], "hostfile=/no/such/hostfile does not exist"),
+    (
+        ["schedule=warmup_piecewise", "train.epochs=3", "schedule.boundaries_epochs=[]"],
+        "schedule.warmup_epochs=5 (110 steps) is longer than the schedule"
+        " (66 steps, train.epochs=3)",
+    ),
+    (
+        ["schedule=warmup_piecewise", "schedule.warmup_epochs=1"],
+        "schedule.boundaries_epochs has 30, beyond the last epoch (train.epochs=20)",
+    ),
+    (
+        [
+            "schedule=warmup_piecewise",
+            "schedule.epochs=3",
+            "schedule.boundaries_epochs=[]",
+            "train.epochs=2",
+        ],
+        "schedule.warmup_epochs=5 (110 steps) is longer than the schedule (66 steps, "
+        "schedule.epochs=3), which would end inside its warmup: shorten the warmup or raise "
+        "schedule.epochs",
+    ),
+    (
+        ["schedule.epochs=10"],
+        "train.epochs=20 runs past the end of the schedule (schedule.epochs=10): raise "
+        "schedule.epochs to 20 or set schedule.epochs=null to follow train.epochs",
+    ),
+    (["schedule.epochs=0"], "schedule.epochs=0: use 1 or more, or null to follow train.epochs"),
+    (
+        ["predict_scaling=true", "ranks_per_node=1"],
+        "predict_scaling=true needs 2 or more ranks to measure the allreduce, this run has 1: "
+        "use ranks_per_node=2 (or more nodes)",
+    ),
+    (
+        ["predict_scaling=true", "train.epochs=1"],
+        "predict_scaling=true validates against the steady step time of the epochs after the "
+        "first, train.epochs=1: use train.epochs=2 or more",
+    ),
+    (["model=resnet9000"], "model=resnet9000: no such model; available: "),
+    (["dataset=imagenet_typo"], "dataset=imagenet_typo: no such dataset; available: "),
+    (
+        ["model._target_=tntrun.models.nope.build"],
+        "model._target_=tntrun.models.nope.build: module tntrun.models.nope not found",
+    ),
+    (
+        ["dataset=npz", "dataset.path=/no/such/data.npz"],
+        "dataset.path=/no/such/data.npz does not exist",
+    ),
+    (
+        ["horovod.fusion_threshold_kb=-1"],
+        "horovod.fusion_threshold_kb=-1: use 0 to disable fusion or a positive size",
+    ),
+    (
+        ["schedule.warmup_epochs=2"],
+        "schedule.warmup_epochs has no effect with schedule.name=constant",
+    ),
+    (
+        ["optimizer.base_lr=-0.1"],
+        "optimizer.base_lr=-0.1: give a positive, finite learning rate, e.g. 0.1",
+    ),
+    (
+        ["optimizer.base_lr=nan"],
+        "optimizer.base_lr=nan: give a positive, finite learning rate, e.g. 0.1",
+    ),
+    (
+        ["val_micro_batch_size=0"],
+        "val_micro_batch_size=0: use 1 or more samples per rank, or null for the training "
+        "micro-batch",
+    ),
+    (["seed=-1"], "seed=-1: use a seed in [0, 4294967296)"),
+    (["checkpoint.keep=0"], "checkpoint.keep=0: keep 1 or more checkpoints"),
+    (
+        ["schedule=nosuch"],
+        "schedule=nosuch: no such schedule; available: constant, "
+        "inverse_sqrt, warmup_cosine, warmup_piecewise",
+    ),
+    (["optimizer=adamw"], "optimizer=adamw: no such optimizer; available: adam, sgd"),
+    (
+        ["model._target_=tntrun.models.cnn.build_cnn"],
+        "model._target_=tntrun.models.cnn.build_cnn: build_cnn() takes no hidden_units "
+        "(kept from model=mlp): start from model=custom",
+    ),
+    (["launcher=nosuch"], "launcher=nosuch: choose horovodrun or srun"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "message"), CHECKS, ids=[c[1][:40] for c in CHECKS])
+def test_check_refuses_with_one_clear_line(in_tmp, overrides, message):
+    """In-process through the Python API: the run is refused before any rank starts."""
+    with pytest.raises(PlanError) as refused:
+        api.run([*overrides, f"output_root={in_tmp / 'outputs'}"])
+    assert any(message in problem for problem in refused.value.problems), refused.value.problems
+    assert all("\n" not in problem for problem in refused.value.problems)
+    assert not (in_tmp / "outputs" / "mlflow.db").exists(), "no run may be tracked"
+
+
+@pytest.mark.slow
+def test_the_command_line_prints_each_problem_on_one_line_and_exits_2(run_tntrun, tmp_path):
+    result = run_tntrun("global_batch_size=63", "horovod.fusion_threshold_kb=-1", "seed=-1")
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if "config error" in line]
+    assert len(errors) == 3, result.stderr
+    assert "tntrun: config error: seed=-1: use a seed in [0, 4294967296)" in errors
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "outputs" / "mlflow.db").exists(), "no MLflow run may be created"
+
+
+@pytest.mark.slow
+def test_unknown_zoo_names_list_the_available_ones(run_tntrun):
+    result = run_tntrun("model=resnet9000", "dataset=imagenet_typo")
+    assert result.returncode == 2
+    models, datasets = (
+        line.split("available: ")[1].split(", ") for line in result.stderr.splitlines()
+    )
+    assert "mlp" in models and "digits" in datasets and "npz" in datasets
+
+
+def test_malformed_hostfile(in_tmp):
+    hostfile = in_tmp / "hosts"
+    hostfile.write_text("alpha slots=2\nbeta gamma\n")
+    with pytest.raises(PlanError, match="line 2 \\('beta gamma'\\) is malformed"):
+        api.plan(["nodes=2", f"hostfile={hostfile}"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("override", "key"), [("gpu=4", "gpu"), ("model.nme=x", "model.nme"), ("gpus=four", "gpus")]
+)
+def test_typos_and_wrong_types_fail_at_composition(run_tntrun, override, key):
+    result = run_tntrun(override)
+    assert result.returncode != 0
+    assert key in result.stderr

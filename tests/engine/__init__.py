@@ -1,0 +1,1 @@
+"""The rank side: training on Horovod ranks, data parallelism, precision, data, FLOPs."""

@@ -1,0 +1,59 @@
+"""The processes tests start: the installed ``tntrun`` command and ``horovodrun`` ranks."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers.paths import BIN
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now, on localhost."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def clean_env() -> dict[str, str]:
+    """This environment without MLflow/Horovod settings that would leak into a run."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "HOROVOD_"))}
+
+
+def tntrun_command(workdir: Path, *args: str) -> list[str]:
+    return [str(BIN / "tntrun"), *args, f"output_root={workdir / 'outputs'}"]
+
+
+def tntrun_cli(workdir: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run the installed ``tntrun`` console script with outputs under ``workdir``."""
+    return subprocess.run(
+        tntrun_command(workdir, *args),
+        cwd=workdir,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def run_on_two_ranks(script: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``horovodrun -np 2`` of a rank script (tests/rank_scripts) on CPU ranks over loopback."""
+    return subprocess.run(
+        [
+            str(BIN / "horovodrun"),
+            "--gloo",
+            "-np",
+            "2",
+            "-H",
+            "localhost:2",
+            sys.executable,
+            str(script),
+        ],
+        env={**clean_env(), "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1"},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

@@ -1,0 +1,55 @@
+"""The test hosts: two network namespaces with sshd each (scripts/netns_hosts.sh)."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.helpers.components import require_commands, require_root
+from tests.helpers.paths import SCRIPTS
+
+NETNS_HOSTS = str(SCRIPTS / "netns_hosts.sh")
+
+
+@dataclass(frozen=True)
+class NetnsHosts:
+    """scripts/netns_hosts.sh's two hosts: addresses, names, sshd port and the key it takes."""
+
+    addresses: tuple[str, ...]
+    names: tuple[str, ...]
+    port: str
+    key: str
+
+    def ssh_overrides(self) -> tuple[str, ...]:
+        return (
+            f"horovod.ssh_port={self.port}",
+            f"horovod.ssh_identity_file={self.key}",
+            "horovod.network_interface=tnt0",
+        )
+
+
+def require_netns_hosts() -> None:
+    """Root and the commands the hosts need (missing: fail or skip, naming them)."""
+    require_root("network-namespace hosts")
+    require_commands(
+        "ip",
+        "unshare",
+        "ssh",
+        "/usr/sbin/sshd",
+        fix="apt-get install iproute2 util-linux openssh-server",
+    )
+
+
+def netns_hosts_up(state: Path) -> NetnsHosts:
+    """Start the two hosts, their state in ``state``."""
+    up = subprocess.run(["bash", NETNS_HOSTS, "up", str(state)], capture_output=True, text=True)
+    assert up.returncode == 0, up.stderr
+    lines = [line.split() for line in up.stdout.splitlines()]
+    return NetnsHosts(
+        tuple(line[0] for line in lines), ("tnt-h1", "tnt-h2"), lines[0][1], lines[0][2]
+    )
+
+
+def netns_hosts_down(state: Path) -> None:
+    subprocess.run(["bash", NETNS_HOSTS, "down", str(state)], check=True)

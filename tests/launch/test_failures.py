@@ -1,0 +1,158 @@
+"""Failure handling with real ranks: a rank that raises, dies or stalls, and Ctrl-C.
+
+Each case must end the whole job promptly, leave no process behind, mark the
+MLflow run FAILED or KILLED with the reason, and keep the last checkpoint usable.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.helpers.bounds import AFTER_DRIVER_KILLED_S, AFTER_RANK_FAILURE_S, after_stall_s
+from tests.helpers.commands import clean_env, free_port, tntrun_cli
+from tests.helpers.driving import (
+    LONG_RUN,
+    Driver,
+    assert_ctrl_c_stops_every_rank,
+    assert_nothing_left,
+    fault,
+    run_until,
+    the_run,
+)
+from tests.helpers.paths import BIN
+from tests.helpers.runs import (
+    DETERMINISTIC,
+    assert_same_weights,
+    final_weights,
+    run_dir_of,
+    store_uri,
+)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("kind", ["raise", "kill"])
+def test_a_failing_rank_ends_the_job_and_the_run_can_resume(tmp_path, kind):
+    code, seconds, output, seen = run_until(tmp_path, (*LONG_RUN, *fault(kind)), "injecting fault")
+    assert code != 0 and seconds < AFTER_RANK_FAILURE_S, f"{seconds:.1f} s to end after the fault"
+    run_dir, client, run = the_run(tmp_path, output)
+    assert run.info.status == "FAILED"
+    assert_nothing_left(run_dir, seen, time.monotonic(), 0)  # the driver waited for them all
+    assert run.data.tags["failure.rank"] == "1"
+    if kind == "raise":
+        assert "injected failure on rank 1" in run.data.tags["failure.last_lines"]
+        artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert "traceback_rank_1.txt" in artifacts
+    assert (run_dir / "checkpoints" / "epoch-0001" / "meta.json").exists()
+    if kind == "kill":
+        return  # the same checkpoint; resuming from it once is enough
+
+    resumed = tntrun_cli(tmp_path, f"resume={run_dir}", "train.epochs=2", "callbacks={}")
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert "at epoch 1" in resumed.stdout
+    assert client.get_run(run.info.run_id).info.status == "FINISHED"
+
+
+def test_ctrl_c_stops_every_rank(tmp_path):
+    assert_ctrl_c_stops_every_rank(tmp_path)
+
+
+# Longer than any legitimate pause of this run on a busy machine: the first step's tracing
+# (10 s seen at load 7) and rank 0 held while the positive control searches /proc.
+STALL_TIMEOUT_S = 30.0
+
+
+def test_the_watchdog_names_a_stalled_rank(tmp_path):
+    stall = f"train.stall_timeout_s={STALL_TIMEOUT_S}"
+    code, seconds, output, seen = run_until(
+        tmp_path, (*LONG_RUN, stall, *fault("stall")), "injecting fault"
+    )
+    assert code != 0 and seconds < after_stall_s(STALL_TIMEOUT_S), f"{seconds:.1f} s"
+    assert "stall watchdog: rank 1 stalled at step 30" in output
+    run_dir, _, run = the_run(tmp_path, output)
+    assert run.info.status == "FAILED"
+    assert run.data.tags["failure.stalled"].startswith("rank 1 stalled at step 30")
+    assert_nothing_left(run_dir, seen, time.monotonic(), 0)
+    assert os.path.exists(run_dir / "checkpoints" / "epoch-0001")
+
+
+def test_a_sigkilled_driver_takes_its_ranks_along_and_a_later_command_ends_its_run(tmp_path):
+    """SIGKILL of the driver (the OOM killer, Slurm's KillWait): its heartbeat stops, the ranks
+    and horovodrun end within LOST_AFTER_S of its last beat (their output is still read: no
+    broken pipe helps), and
+    ``tntrun ui`` on the same store ends the run KILLED with ``driver_lost``."""
+    with Driver(tmp_path, LONG_RUN) as driver:
+        assert driver.read_until("checkpoint saved: epoch 1") is not None, driver.output[-3000:]
+        threading.Thread(target=driver.read_until, args=(None,), daemon=True).start()
+        (run_id,) = re.findall(r"MLflow run (\w+) in", driver.output)
+        client = MlflowClient(store_uri(tmp_path))
+        run_dir = client.get_run(run_id).data.tags["run_dir"]
+        driver.process.kill()
+        outlived = assert_nothing_left(run_dir, driver.seen, time.monotonic(), 60)
+        assert outlived < AFTER_DRIVER_KILLED_S, f"ranks outlived it {outlived:.1f} s"
+    assert client.get_run(run_id).info.status == "RUNNING"  # nobody could end it
+
+    ui = subprocess.Popen(
+        [
+            str(BIN / "tntrun"),
+            "ui",
+            "--output-root",
+            str(tmp_path / "outputs"),
+            "--port",
+            str(free_port()),
+        ],
+        cwd=tmp_path,
+        env=clean_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while client.get_run(run_id).info.status == "RUNNING" and time.monotonic() < deadline:
+            time.sleep(0.5)
+    finally:
+        ui.terminate()
+        ui.wait(timeout=30)
+    run = client.get_run(run_id)
+    assert run.info.status == "KILLED"
+    assert (
+        run.data.tags["driver_lost"]
+        == f"driver pid {driver.process.pid} on {socket.gethostname()} is gone"
+    )
+    print(f"\n[lost driver] ranks and launcher outlived the driver by {outlived:.1f} s")
+
+
+def test_max_restarts_restarts_the_ranks_in_the_same_run_and_ends_like_no_failure(
+    tmp_path, two_local_ranks_weights
+):
+    """SIGKILL of rank 1 at step 30 (epoch 2) with train.max_restarts=1: the driver restarts
+    the ranks from epoch 1's checkpoint, and the final weights equal an undisturbed run's."""
+    once = tmp_path / "fault-fired"  # the restarted ranks pass step 30 again
+    result = tntrun_cli(
+        tmp_path,
+        *DETERMINISTIC,
+        "checkpoint.min_interval_s=0",
+        "train.max_restarts=1",
+        *fault("kill"),
+        f"+callbacks.fault.once_file={once}",
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "restart 1 of 1 (train.max_restarts) from epoch-0001, in the same run" in result.stdout
+    run_dir = run_dir_of(result)
+    client = MlflowClient(store_uri(tmp_path))
+    run = client.get_run((run_dir / "run_id").read_text())
+    assert run.info.status == "FINISHED" and run.data.tags["restarts"] == "1"
+    assert run.data.tags["restart.1"].startswith("rank 1 failed")
+    assert (run_dir / "restarts" / "attempt-1" / "logs" / "rank.1.log").is_file()
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "restarts/attempt-1")}
+    assert "restarts/attempt-1/traceback_rank_1.txt" in artifacts
+    assert_same_weights(final_weights(result), two_local_ranks_weights)

@@ -1,0 +1,1 @@
+"""The plan: layout, batch split, schedules and their chart, the dry run, devices, scaling."""

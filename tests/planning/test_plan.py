@@ -1,0 +1,273 @@
+"""The pure training plan: layout, batch split, LR scaling, schedules, launch command."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.helpers.plans import IMAGENET, plan_for
+from tntrun.environments.slurm import SlurmEnvironment
+from tntrun.planning.plan import (
+    MachineFacts,
+    Plan,
+    PlanError,
+    scale_learning_rate,
+)
+from tntrun.planning.schedules import ScheduleParams, learning_rate
+
+
+def test_default_plan_splits_global_batch_over_two_cpu_ranks(compose_cfg):
+    plan = plan_for(compose_cfg)
+    assert plan.world_size == 2 and plan.micro_batch_size == 32
+    assert plan.steps_per_epoch == 1438 // 64 == 22
+    assert plan.total_steps == 22 * plan.epochs
+    assert plan.threads_per_rank == 1
+    assert plan.scaled_lr == pytest.approx(0.002)  # adam 0.002 stated at batch 64
+    cmd = plan.launch_command
+    assert cmd[:6] == ("horovodrun", "--gloo", "-np", "2", "-H", "localhost:2")
+    assert cmd[-4:] == ("python", "-m", "tntrun.engine.worker", "/runs/x")
+    env = dict(plan.launch_env)
+    assert env["KERAS_BACKEND"] == "tensorflow" and env["TF_USE_LEGACY_KERAS"] == "0"
+    assert env["CUDA_VISIBLE_DEVICES"] == "-1"
+
+
+def test_two_nodes_of_four_gpus(compose_cfg):
+    plan = plan_for(
+        compose_cfg,
+        "nodes=2",
+        "gpus=4",
+        "hosts=[a,b]",
+        "global_batch_size=512",
+        "optimizer=sgd",
+        data=IMAGENET,
+    )
+    assert plan.world_size == 8 and plan.micro_batch_size == 64
+    assert plan.launch_command[1:6] == ("--gloo", "-np", "8", "-H", "a:4,b:4")
+    assert plan.scaled_lr == pytest.approx(0.2)  # 0.1 at 256, linear
+    assert [(p.host, p.gpu) for p in plan.placements] == [
+        ("a", 0),
+        ("a", 1),
+        ("a", 2),
+        ("a", 3),
+        ("b", 0),
+        ("b", 1),
+        ("b", 2),
+        ("b", 3),
+    ]
+    assert "CUDA_VISIBLE_DEVICES" not in dict(plan.launch_env)
+
+
+def test_threads_default_to_cores_over_ranks(compose_cfg):
+    facts = MachineFacts(cores_per_node=16)
+    assert (
+        plan_for(
+            compose_cfg, "ranks_per_node=4", "global_batch_size=64", facts=facts
+        ).threads_per_rank
+        == 4
+    )
+    assert plan_for(compose_cfg, "threads_per_rank=3").threads_per_rank == 3
+
+
+def test_micro_batch_size_derives_the_global_batch(compose_cfg):
+    plan = plan_for(compose_cfg, "micro_batch_size=16")
+    assert plan.global_batch_size == 32 and plan.micro_batch_size == 16
+    assert plan.scaled_lr == pytest.approx(0.002 * 32 / 64)
+    same = plan_for(compose_cfg, "micro_batch_size=16", "global_batch_size=32")
+    assert same.global_batch_size == 32
+
+
+def test_validation_micro_batch(compose_cfg):
+    assert plan_for(compose_cfg).val_micro_batch_size == 32
+    assert plan_for(compose_cfg, "val_micro_batch_size=100").val_micro_batch_size == 100
+
+
+def test_gradient_accumulation_counts_into_batch_and_lr(compose_cfg):
+    plan = plan_for(compose_cfg, "horovod.backward_passes_per_step=2")
+    assert plan.effective_batch_size == 128
+    assert plan.scaled_lr == pytest.approx(0.004)
+    assert plan.optimizer_steps == plan.total_steps // 2
+
+
+@pytest.mark.parametrize(
+    ("scaling", "expected"), [("linear", 0.4), ("sqrt", 0.1 * math.sqrt(4)), ("none", 0.1)]
+)
+def test_learning_rate_scaling(scaling, expected):
+    assert scale_learning_rate(0.1, 1024, 256, scaling) == pytest.approx(expected)
+
+
+def test_goyal_schedule_matches_its_formula_at_every_step(compose_cfg):
+    # 1438 samples / 64 = 22 steps per epoch; 10 epochs; warmup 2; decays at 4, 6, 8.
+    plan = plan_for(
+        compose_cfg,
+        "schedule=warmup_piecewise",
+        "train.epochs=10",
+        "optimizer=sgd",
+        "schedule.warmup_epochs=2",
+        "schedule.boundaries_epochs=[4,6,8]",
+    )
+    s = plan.schedule
+    peak = 0.1 * 64 / 256
+    assert s.warmup_steps == 44 and s.boundaries == (88, 132, 176) and s.total_steps == 220
+    assert s.warmup_start_lr == pytest.approx(peak / 2)  # scaled LR / world size
+    for step in range(s.total_steps):
+        if step < 44:
+            expected = peak / 2 + (peak - peak / 2) * step / 44
+        else:
+            expected = peak * 0.1 ** sum(step >= b for b in (88, 132, 176))
+        assert learning_rate(step, s) == pytest.approx(expected, rel=1e-9), step
+
+
+def test_inverse_sqrt_matches_vaswani():
+    s = ScheduleParams(
+        name="inverse_sqrt", peak_lr=1.0, total_steps=12000, warmup_steps=4000, d_model=1024
+    )
+    steps = np.arange(s.total_steps)
+    got = learning_rate(steps, s)
+    for step in (0, 1, 3999, 4000, 4001, 11999):
+        n = step + 1
+        assert got[step] == pytest.approx(1024**-0.5 * min(n**-0.5, n * 4000**-1.5), rel=1e-9)
+    assert got.argmax() == 3999  # peak at step_num == warmup_steps
+
+
+def test_cosine_ends_at_the_final_fraction(compose_cfg):
+    plan = plan_for(
+        compose_cfg,
+        "schedule=warmup_cosine",
+        "schedule.warmup_epochs=1",
+        "schedule.final_lr_fraction=0.1",
+    )
+    s = plan.schedule
+    assert learning_rate(s.warmup_steps, s) == pytest.approx(plan.scaled_lr)
+    assert learning_rate(s.total_steps, s) == pytest.approx(0.1 * plan.scaled_lr)
+
+
+def test_epoch_values_follow_the_real_steps_per_epoch(compose_cfg):
+    for batch in (32, 128):
+        plan = plan_for(
+            compose_cfg,
+            "schedule=warmup_piecewise",
+            "train.epochs=90",
+            f"global_batch_size={batch}",
+            "optimizer=sgd",
+        )
+        per_epoch = 1438 // batch
+        assert plan.schedule.warmup_steps == 5 * per_epoch
+        assert plan.schedule.boundaries == (30 * per_epoch, 60 * per_epoch, 80 * per_epoch)
+
+
+def test_horovod_knobs_map_to_flags_and_environment(compose_cfg):
+    plan = plan_for(
+        compose_cfg,
+        "horovod.fusion_threshold_kb=32",
+        "horovod.cycle_time_ms=2.5",
+        "horovod.autotune=true",
+        "horovod.timeline=true",
+        "horovod.hierarchical_allreduce=true",
+    )
+    env, cmd = dict(plan.launch_env), plan.launch_command
+    assert plan.fusion_threshold_bytes == 32768 and env["HOROVOD_FUSION_THRESHOLD"] == "32768"
+    assert env["HOROVOD_CYCLE_TIME"] == "2.5"
+    assert "--autotune" in cmd and "/runs/x/horovod_autotune.csv" in cmd
+    assert cmd[cmd.index("--timeline-filename") + 1] == "/runs/x/horovod_timeline.json"
+    assert "--hierarchical-allreduce" in cmd
+    assert plan_for(compose_cfg, "horovod.fusion_threshold_kb=0").fusion_threshold_bytes == 0
+
+
+def test_srun_ranks_get_every_knob_as_a_horovod_variable(compose_cfg):
+    env = {"SLURM_JOB_NODELIST": "node[1-2]"}
+    slurm = MachineFacts(cores_per_node=2, env=env, allocation=SlurmEnvironment(env).allocation())
+    knobs = (
+        "horovod.autotune=true",
+        "horovod.timeline=true",
+        "horovod.hierarchical_allreduce=true",
+        "horovod.network_interface=ib0 1",
+        "horovod.cycle_time_ms=2",
+    )
+    plan = plan_for(compose_cfg, "launcher=srun", "nodes=2", *knobs, facts=slurm)
+    env, cmd = dict(plan.launch_env), plan.launch_command
+    assert cmd[0] == "srun" and plan.launcher == "srun"
+    assert env["HOROVOD_AUTOTUNE"] == "1" and env["HOROVOD_HIERARCHICAL_ALLREDUCE"] == "1"
+    assert env["HOROVOD_AUTOTUNE_LOG"] == "/runs/x/horovod_autotune.csv"
+    assert env["HOROVOD_TIMELINE"] == "/runs/x/horovod_timeline.json"
+    assert env["HOROVOD_GLOO_IFACE"] == "ib0 1"  # a value with a space stays one value
+    # (the ssh knobs are refused: tests/cluster/test_slurm_allocation.py)
+    assert env["HOROVOD_CYCLE_TIME"] == "2"
+    horovodrun = plan_for(compose_cfg, "horovod.network_interface=ib0 1", "horovod.ssh_port=2222")
+    cmd = horovodrun.launch_command
+    assert cmd[cmd.index("--network-interface") + 1] == "ib0 1" and "2222" in cmd
+    assert Plan.from_json(plan.to_json()) == plan
+
+
+def test_pin_to_socket_places_ranks_round_robin(compose_cfg):
+    facts = MachineFacts(cores_per_node=8, sockets_per_node=2, numactl="/usr/bin/numactl")
+    plan = plan_for(compose_cfg, "pin_to_socket=true", "ranks_per_node=4", facts=facts)
+    assert [p.socket for p in plan.placements] == [0, 1, 0, 1]
+
+
+def test_hosts_from_a_slurm_allocation(compose_cfg):
+    allocation = SlurmEnvironment({"SLURM_JOB_NODELIST": "node[01-04]"}).allocation()
+    facts = MachineFacts(cores_per_node=2, allocation=allocation)
+    plan = plan_for(compose_cfg, "nodes=3", "global_batch_size=60", facts=facts)
+    assert plan.hosts == (("node01", 2), ("node02", 2), ("node03", 2))
+
+
+def test_hosts_from_a_hostfile(compose_cfg, tmp_path):
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("# cluster\nalpha slots=2\nbeta:4\n")
+    plan = plan_for(compose_cfg, "nodes=2", f"hostfile={hostfile}", "global_batch_size=64")
+    assert plan.launch_command[5] == "alpha:2,beta:2"
+
+
+def test_a_host_list_sets_the_nodes_unless_they_are_given(compose_cfg, tmp_path):
+    plan = plan_for(compose_cfg, "hosts=[a,b]", "micro_batch_size=32")
+    assert (plan.nodes, plan.world_size, plan.global_batch_size) == (2, 4, 128)
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("alpha\nbeta\ngamma\n")
+    assert plan_for(compose_cfg, f"hostfile={hostfile}", "global_batch_size=60").nodes == 3
+    with pytest.raises(PlanError, match="hosts lists 2 hosts but nodes=1: set nodes=2"):
+        plan_for(compose_cfg, "hosts=[a,b]", "nodes=1")
+
+
+def test_plan_round_trips_through_json(compose_cfg):
+    plan = plan_for(
+        compose_cfg,
+        "schedule=warmup_piecewise",
+        "schedule.boundaries_epochs=[10]",
+        "pin_to_socket=true",
+        "horovod.autotune=true",
+    )
+    assert Plan.from_json(plan.to_json()) == plan
+
+
+def test_every_problem_is_reported_at_once(compose_cfg):
+    with pytest.raises(PlanError) as err:
+        plan_for(compose_cfg, "global_batch_size=63", "horovod.fusion_threshold_kb=-1")
+    assert len(err.value.problems) == 2
+
+
+def test_pinning_without_numactl_is_refused(compose_cfg):
+    with pytest.raises(PlanError, match="pin_to_socket=true needs numactl"):
+        plan_for(compose_cfg, "pin_to_socket=true", facts=MachineFacts(cores_per_node=2))
+
+
+@pytest.mark.slow
+def test_planning_does_not_import_tensorflow():
+    code = (
+        "import sys, tntrun.cli, tntrun.api, tntrun.planning.view, tntrun.tracking.mlflow_tracker,"
+        " tntrun.launch.rank_job, tntrun.launch.srun;"
+        "from tntrun.datasets.digits import DigitsDataset; DigitsDataset().info();"
+        "bad = [m for m in ('tensorflow', 'horovod', 'tf_keras', 'keras') if m in sys.modules];"
+        "sys.exit(f'driver imported {bad}' if bad else 0)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_notes_tell_a_run_of_what_will_not_happen(compose_cfg):
+    assert plan_for(compose_cfg).notes() == []
+    (note,) = plan_for(compose_cfg, "horovod.hierarchical_allreduce=true").notes()
+    assert note.startswith("horovod.hierarchical_allreduce=true has no effect on CPU ranks")
+    assert plan_for(compose_cfg, "horovod.hierarchical_allreduce=true", "gpus=4").notes() == []

@@ -1,0 +1,77 @@
+"""The README stays a short entry point; the reference in docs/ builds without a broken link."""
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from mkdocs.commands.build import build
+from mkdocs.config import load_config
+from mkdocs.exceptions import Abort
+
+from tests.helpers.paths import ROOT
+
+README = ROOT / "README.md"
+README_MAX_LINES = 200
+
+
+def build_site(config_file: Path, site_dir: Path) -> None:
+    """`mkdocs build --strict` in-process: raises mkdocs' Abort when anything warns."""
+    build(load_config(str(config_file), strict=True, site_dir=str(site_dir)))
+
+
+def nav_pages() -> list[str]:
+    """The pages named in mkdocs.yml's nav (one level: a title and its page each), in order."""
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
+    return [page for entry in nav for page in entry.values()]
+
+
+def test_every_page_in_docs_is_in_the_nav():
+    assert sorted(nav_pages()) == sorted(p.name for p in (ROOT / "docs").glob("*.md"))
+
+
+def test_the_site_builds_strictly_with_every_page(tmp_path):
+    build_site(ROOT / "mkdocs.yml", tmp_path)
+    for page in nav_pages():
+        html_page = tmp_path / ("index.html" if page == "index.md" else f"{page[:-3]}/index.html")
+        assert html_page.is_file(), f"{page} was not built"
+
+
+@pytest.mark.parametrize(
+    ("appended", "extra_page", "warning"),
+    [
+        ("[a section](running.md#no-such-section)", None, "does not contain an anchor"),
+        ("[a page](no-such-page.md)", None, "not found among documentation files"),
+        ("", "orphan.md", "orphan.md"),
+    ],
+    ids=["missing anchor", "missing page", "page left out of nav"],
+)
+def test_a_broken_link_or_a_page_left_out_fails_the_build(
+    tmp_path, caplog, appended, extra_page, warning
+):
+    """The validation settings in mkdocs.yml are what make these fail under --strict."""
+    shutil.copy(ROOT / "mkdocs.yml", tmp_path)
+    docs = shutil.copytree(ROOT / "docs", tmp_path / "docs")
+    with (docs / "index.md").open("a") as index:
+        index.write(f"\n{appended}\n")
+    if extra_page:
+        (docs / extra_page).write_text("# Not in the nav\n")
+    with pytest.raises(Abort, match="in strict mode"):
+        build_site(tmp_path / "mkdocs.yml", tmp_path / "site")
+    assert warning in caplog.text
+
+
+def test_the_readme_is_short_and_names_the_two_commands():
+    readme = README.read_text()
+    assert len(readme.splitlines()) <= README_MAX_LINES
+    assert "make run" in readme
+    assert "make test" in readme
+
+
+def test_every_relative_link_in_the_readme_exists():
+    targets = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", README.read_text())
+    local = [t for t in targets if "://" not in t]
+    assert any(t.startswith("docs/") for t in local)
+    missing = [t for t in local if not (ROOT / t).exists()]
+    assert not missing, f"README links to files that do not exist: {missing}"

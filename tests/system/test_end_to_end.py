@@ -1,0 +1,90 @@
+"""The real CLI: Hydra driver, two Horovod ranks over Gloo, a SQLite MLflow store."""
+
+from __future__ import annotations
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.helpers.runs import store_uri
+
+pytestmark = pytest.mark.slow
+
+
+def only_run(tmp_path):
+    client = MlflowClient(tracking_uri=store_uri(tmp_path))
+    experiment = client.get_experiment_by_name("tntrun")
+    runs = client.search_runs([experiment.experiment_id])
+    assert len(runs) == 1, f"expected one run, found {len(runs)}"
+    return client, runs[0]
+
+
+def test_default_experiment_trains_on_two_ranks_and_logs_to_mlflow(run_tntrun, tmp_path):
+    result = run_tntrun("tracking.system_metrics_interval_s=1")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+    client, run = only_run(tmp_path)
+    assert run.info.status == "FINISHED"
+    assert run.data.params["plan.world_size"] == "2"
+    assert run.data.params["plan.micro_batch_size"] == "32"
+    assert run.data.params["global_batch_size"] == "64"
+    assert run.data.params["model._target_"] == "tntrun.models.mlp.build_mlp"
+    assert run.data.metrics["val_accuracy"] >= 0.95
+
+    epochs = int(run.data.params["train.epochs"])
+    for key in ("loss", "accuracy", "val_loss", "val_accuracy"):
+        history = client.get_metric_history(run.info.run_id, key)
+        assert [m.step for m in history] == list(range(epochs)), key
+
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "step_loss")]
+    assert steps == list(range(20, 22 * epochs + 1, 20))  # every tracking.log_every_steps
+    assert any(key.startswith("system/cpu_utilization") for key in run.data.metrics)
+    for key in ("steady_samples_per_s", "step_time_p50_ms", "step_time_p95_ms", "epoch_time_s"):
+        assert run.data.metrics[key] > 0
+    assert "rank 1: done without opening the MLflow store" in result.stdout
+
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {
+        "config.yaml",
+        "plan.json",
+        "lr_schedule.svg",
+        "model.keras",
+        "hydra",
+        "logs",
+        "checkpoint",
+        "precision.json",
+    } <= artifacts
+    logs = {a.path for a in client.list_artifacts(run.info.run_id, "logs")}
+    assert {"logs/rank.0.log", "logs/rank.1.log", "logs/launcher.log"} <= logs
+    tags = run.data.tags
+    assert tags["world_size"] == "2" and tags["hosts"] == "localhost:2"
+    assert tags["version.tensorflow"] == "2.18.1" and tags["version.horovod"] == "0.28.1"
+    assert tags["horovod.built_for_tensorflow"] == "2.18.1"
+    assert "Gloo" in tags["horovod.check_build"]
+    assert "horovodrun --gloo -np 2 -H localhost:2" in tags["launch_command"]
+    assert tags["choice.model"] == "mlp" and tags["choice.dataset"] == "digits"
+
+    out = result.stdout
+    assert f"final val_accuracy: {run.data.metrics['val_accuracy']:.4f}" in out
+    assert f"MLflow run id: {run.info.run_id}" in out
+    assert "mlflow server --backend-store-uri sqlite:///" in out
+
+
+def test_a_failing_rank_marks_the_run_failed(run_tntrun, tmp_path):
+    result = run_tntrun("train.epochs=1", "model.hidden_units=[-5]")
+    assert result.returncode != 0
+    client, run = only_run(tmp_path)
+    assert run.info.status == "FAILED"
+    assert "run FAILED" in result.stdout
+    assert "ValueError" in result.stdout  # the rank's traceback reaches the user
+    assert run.data.tags["failure.rank"] in ("0", "1")
+    assert "ValueError" in run.data.tags["failure.last_lines"]
+    failed_rank = run.data.tags["failure.rank"]
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert f"traceback_rank_{failed_rank}.txt" in artifacts
+
+
+def test_config_error_exits_2_before_any_run(run_tntrun, tmp_path):
+    result = run_tntrun("global_batch_size=63")
+    assert result.returncode == 2
+    assert "global_batch_size=63 is not divisible by the world size 2" in result.stderr
+    assert not (tmp_path / "outputs" / "mlflow.db").exists()

@@ -1,0 +1,144 @@
+"""Runs through a team's server: ``mlflow server`` over a real PostgreSQL, proxying artifacts.
+
+The driver talks only ``http://``: what it logs lands in the server's store and its
+artifact destination, never under the driver's working directory, and concurrent
+drivers lose no metric point.
+"""
+
+from __future__ import annotations
+
+import collections
+import subprocess
+from pathlib import Path
+
+import pytest
+from mlflow.artifacts import download_artifacts
+from mlflow.tracking import MlflowClient
+
+from tests.helpers.commands import clean_env, tntrun_cli, tntrun_command
+from tests.helpers.runs import run_dir_of
+from tests.helpers.team_server import TeamServer
+from tntrun.contract import run_files
+from tntrun.contract.metrics import parse_lines
+
+pytestmark = pytest.mark.slow
+
+TINY = ("train.epochs=1", "tracking.system_metrics=false")
+
+
+def through(server: TeamServer, experiment: str) -> tuple[str, ...]:
+    return (f"tracking.uri={server.url}", f"tracking.experiment_name={experiment}")
+
+
+def runs_of(client: MlflowClient, experiment: str) -> list:
+    found = client.get_experiment_by_name(experiment)
+    assert found is not None, f"no experiment {experiment}"
+    assert found.artifact_location.startswith("mlflow-artifacts:"), found.artifact_location
+    return client.search_runs([found.experiment_id])
+
+
+def served_artifacts(server: TeamServer, run) -> Path:
+    """The folder the server wrote ``run``'s artifacts to."""
+    folder = server.artifacts / run.info.experiment_id / run.info.run_id / "artifacts"
+    assert run.info.artifact_uri.startswith("mlflow-artifacts:"), run.info.artifact_uri
+    assert folder.is_dir(), f"nothing in {server.artifacts} for run {run.info.run_id}"
+    return folder
+
+
+def test_a_runs_artifacts_land_on_the_server_not_on_the_drivers_disk(tmp_path, team_server):
+    result = tntrun_cli(tmp_path, *through(team_server, "team-run"), *TINY)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run_dir = run_dir_of(result)
+    client = MlflowClient(team_server.url)
+    (run,) = runs_of(client, "team-run")
+    assert run.info.status == "FINISHED"
+    assert run.info.run_id == (run_dir / run_files.RUN_ID).read_text().strip()
+
+    served = served_artifacts(team_server, run)
+    for name in ("config.yaml", "plan.json", "logs/rank.0.log", "logs/rank.1.log", "model.keras"):
+        assert (served / name).is_file(), f"{name} not in {served}"
+    (checkpoint,) = (served / "checkpoint").iterdir()
+    assert (checkpoint / "meta.json").is_file()
+    assert (served / "model.keras").read_bytes() == (run_dir / "model.keras").read_bytes()
+    # The driver's working directory holds the run directory only: no local artifact store.
+    assert [p for p in tmp_path.rglob("model.keras")] == [run_dir / "model.keras"]
+    assert not (tmp_path / "outputs" / "mlartifacts").exists()
+
+    # A teammate reads them through the server alone.
+    fetched = download_artifacts(
+        run_id=run.info.run_id,
+        artifact_path="config.yaml",
+        dst_path=str(tmp_path / "teammate"),
+        tracking_uri=team_server.url,
+    )
+    assert Path(fetched).read_text() == (run_dir / "config.yaml").read_text()
+
+
+def test_a_sweep_through_the_team_server_nests_its_jobs(tmp_path, team_server):
+    result = tntrun_cli(
+        tmp_path,
+        "-m",
+        "ranks_per_node=1,2",
+        *through(team_server, "team-sweep"),
+        *TINY,
+        "checkpoint.every_epochs=0",
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    runs = runs_of(MlflowClient(team_server.url), "team-sweep")
+    (parent,) = [r for r in runs if r.data.tags.get("tntrun.tracking.sweep") == "parent"]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert len(runs) == 3 and len(children) == 2
+    assert all(r.info.status == "FINISHED" for r in runs)
+    assert sorted(c.data.params["plan.world_size"] for c in children) == ["1", "2"]
+    for child in children:
+        assert (served_artifacts(team_server, child) / "model.keras").is_file()
+    assert (served_artifacts(team_server, parent) / "report" / "report.csv").is_file()
+    assert not (tmp_path / "outputs" / "mlartifacts").exists()
+
+
+def stream_points(run_dir: Path) -> dict[str, list[tuple[int, int, float]]]:
+    """What rank 0 wrote: per key, its (step, time ms, value) points."""
+    lines = (run_dir / run_files.METRICS).read_text().splitlines()
+    points: dict[str, list[tuple[int, int, float]]] = collections.defaultdict(list)
+    for key, value, t, step in parse_lines(lines):
+        points[key].append((step, t, value))
+    return {key: sorted(found) for key, found in points.items()}
+
+
+def test_four_concurrent_drivers_lose_no_metric(tmp_path, team_server):
+    drivers = [
+        subprocess.Popen(
+            tntrun_command(
+                tmp_path,
+                *through(team_server, "team-concurrent"),
+                "ranks_per_node=1",
+                "train.epochs=2",
+                f"seed={seed}",
+                "tracking.system_metrics=false",
+                "tracking.log_every_steps=1",
+                "checkpoint.every_epochs=0",
+            ),
+            cwd=tmp_path,
+            env=clean_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for seed in range(4)
+    ]
+    outputs = [driver.communicate(timeout=900)[0] for driver in drivers]
+    for driver, output in zip(drivers, outputs, strict=True):
+        assert driver.returncode == 0, output[-3000:]
+    client = MlflowClient(team_server.url)
+    runs = runs_of(client, "team-concurrent")
+    assert len(runs) == 4 and all(r.info.status == "FINISHED" for r in runs)
+    total = 0
+    for run in runs:
+        written = stream_points(Path(run.data.tags["run_dir"]))
+        assert {"loss", "val_accuracy"} <= written.keys()
+        for key, points in written.items():
+            history = client.get_metric_history(run.info.run_id, key)
+            recorded = sorted((m.step, m.timestamp, m.value) for m in history)
+            assert recorded == points, (run.info.run_id, key)
+            total += len(points)
+    print(f"4 drivers through the team server: {total} metric points, none lost")

@@ -1,0 +1,1 @@
+"""The tracked run: MLflow sessions, the metrics relay, outages, the runs table, sweeps, the UI."""

@@ -1,0 +1,137 @@
+"""Whether the driver of a run is still alive: its heartbeat file and its process.
+
+While its ranks run, the driver rewrites ``<run dir>/driver.alive`` ("<host> <pid>
+<beat>") every second, and its last beat says ``stopped``. Each rank watches the
+file from a thread and ends itself at once on ``stopped`` (Ctrl-C, a stall: a rank
+on another host, which horovodrun's ssh leaves running, ends within half a second),
+or when the file has not changed for :data:`LOST_AFTER_S` seconds: a SIGKILLed
+driver (the OOM killer, Slurm's KillWait) takes its ranks along within seconds, on
+every host (the run directory is shared), instead of leaving them training for nobody.
+
+Later tntrun commands judge a RUNNING run's driver from the tags it recorded
+(host, pid, start time) and the same file: :func:`lost_driver`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tntrun.contract import run_files
+from tntrun.contract.clock import process_start_time
+
+BEAT_S = 1.0
+LOST_AFTER_S = 5.0  # a rank ends this long after the driver's last beat
+STALE_AFTER_S = 120.0  # another host's driver is judged gone by its file's age only
+EXIT_DRIVER_LOST = 75
+STOPPED = "stopped"  # the driver's last beat: its ranks end now
+
+
+def driver_tags() -> dict[str, str]:
+    """This driver process, as a run records it (:func:`lost_driver` reads it back)."""
+    return {
+        "driver_host": socket.gethostname(),
+        "driver_pid": str(os.getpid()),
+        "driver_started": f"{process_start_time():.2f}",
+    }
+
+
+class DriverHeartbeat(threading.Thread):
+    """The driver's side: beat until :meth:`stop`, which leaves a ``stopped`` beat."""
+
+    def __init__(self, run_dir: Path) -> None:
+        super().__init__(name="tntrun-driver-heartbeat", daemon=True)
+        self.path = run_dir / run_files.DRIVER_ALIVE
+        self._done = threading.Event()
+        self._identity = f"{socket.gethostname()} {os.getpid()}"
+        self.beat(0)
+
+    def beat(self, count: int | str) -> None:
+        partial = self.path.with_suffix(".tmp")
+        partial.write_text(f"{self._identity} {count}\n")
+        partial.replace(self.path)
+
+    def run(self) -> None:
+        count = 0
+        while not self._done.wait(BEAT_S):
+            count += 1
+            with contextlib.suppress(OSError):  # a full disk: the ranks will judge
+                self.beat(count)
+
+    def stop(self) -> None:
+        """Beat no more; any rank still running (on any host) ends at once."""
+        self._done.set()
+        if self.is_alive():
+            self.join()
+        with contextlib.suppress(OSError):
+            self.beat(STOPPED)
+
+
+def watch_driver(
+    run_dir: Path, on_lost: Callable[[str], None] | None = None, lost_after: float = LOST_AFTER_S
+) -> threading.Thread | None:
+    """The ranks' side: a thread calling ``on_lost(why)`` (default: end this process)
+    once the driver stopped, or its heartbeat has not changed for ``lost_after`` seconds.
+    None without a heartbeat (a rank started by hand)."""
+    path = run_dir / run_files.DRIVER_ALIVE
+    if not path.exists():
+        return None
+
+    def lost(why: str) -> None:
+        print(f"tntrun: {why}: this rank stops", file=sys.stderr, flush=True)
+        os._exit(EXIT_DRIVER_LOST)
+
+    def watch() -> None:
+        last, changed = None, time.monotonic()
+        while True:
+            try:
+                beat = path.read_text()
+            except OSError:
+                beat = last
+            now = time.monotonic()
+            if beat is not None and beat.split()[-1:] == [STOPPED]:
+                (on_lost or lost)(f"the driver stopped the run ({path})")
+                return
+            if beat != last:
+                last, changed = beat, now
+            elif now - changed >= lost_after:
+                silence = f"no heartbeat in {path} for {now - changed:.0f} s"
+                (on_lost or lost)(f"the driver is gone ({silence})")
+                return
+            time.sleep(BEAT_S / 2)
+
+    thread = threading.Thread(target=watch, name="tntrun-driver-watch", daemon=True)
+    thread.start()
+    return thread
+
+
+def lost_driver(
+    tags: dict[str, str], here: str | None = None, now: float | None = None
+) -> str | None:
+    """Why the driver that recorded ``tags`` is gone, or None if it may still be running.
+
+    On this host its pid must still be the same process (same start time); on another
+    host only the heartbeat file's age tells (older than :data:`STALE_AFTER_S`).
+    """
+    host, pid, started = (tags.get(k) for k in ("driver_host", "driver_pid", "driver_started"))
+    if not (host and pid and started):
+        return None  # recorded by an older tntrun: nothing to judge by
+    if host == (here or socket.gethostname()):
+        alive_since = process_start_time(int(pid))
+        if alive_since is not None and abs(alive_since - float(started)) < 2.0:
+            return None
+        return f"driver pid {pid} on {host} is gone"
+    alive = Path(tags.get("run_dir", "")) / run_files.DRIVER_ALIVE
+    try:
+        age = (now or time.time()) - alive.stat().st_mtime
+    except OSError:
+        return None  # its run directory is not visible here
+    if age > STALE_AFTER_S:
+        return f"driver pid {pid} on {host} is gone (no heartbeat for {age:.0f} s)"
+    return None

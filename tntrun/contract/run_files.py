@@ -1,0 +1,84 @@
+"""The run directory's file names and the ``TNTRUN_*`` variables: the driver-rank contract.
+
+The driver writes ``config.yaml`` and ``plan.json`` (the ranks' only inputs)
+into the run directory; the ranks write metrics, heartbeats, logs, checkpoints
+and outputs beside them. Every module names these files through this one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# Written by the driver before launch: the ranks' only inputs.
+CONFIG = "config.yaml"
+PLAN = "plan.json"
+# The tracked run this directory belongs to (resume finds the run through it); directories
+# made before tntrun named it after MLflow hold LEGACY_RUN_ID instead (read_run_id reads both).
+RUN_ID = "run_id"
+LEGACY_RUN_ID = "mlflow_run_id"
+# What the tracking store has not received when it was unreachable at the end of a run
+# (metrics offset, outputs, final status); `tntrun sync <run dir>` replays it, then deletes it.
+TRACKING_PENDING = "tracking_pending.json"
+# Written while the ranks run.
+DRIVER_ALIVE = "driver.alive"  # the driver's heartbeat: its ranks end when it stops
+METRICS = "metrics.jsonl"  # rank 0's metrics, relayed into the run by the driver
+HEARTBEATS = "heartbeats"  # folder: rank.<N> progress files for the stall watchdog
+LOGS = "logs"  # folder: rank.<N>.log and launcher.log
+RANKS_LOG = "ranks.log"  # the launcher's combined output
+RESTARTS = "restarts"  # folder: attempt-<N>/ with the logs and traceback of each restarted failure
+CHECKPOINTS = "checkpoints"  # folder: epoch-NNNN checkpoints, and best/ (checkpoint.monitor)
+NONFINITE = "nonfinite.jsonl"  # rank 0: one line per non-finite loss (failure or rollback)
+PRECISION = "precision.json"  # rank 0, at train begin: the dtypes its built model computes in
+# Preemption: the driver asks the ranks to stop (it got SIGTERM or train.preempt_signals);
+# rank 0 records where they stopped together and the checkpoint written there.
+STOP_REQUEST = "stop.request"
+PREEMPTED = "preempted.json"
+# Outputs.
+FINAL_WEIGHTS = "final_weights.npz"
+FINAL_MODEL = "model.keras"
+# Rank 0's MLflow Model folders (MLflow's Keras flavour; tracking.log_model): the driver
+# logs each as one of the run's logged models (not as a plain artifact).
+MLFLOW_MODEL = "mlflow_model"  # the final model
+MLFLOW_BEST_MODEL = "mlflow_model_best"  # the best by checkpoint.monitor (checkpoints/best)
+LR_PLOT = "lr_schedule.svg"
+TIMELINE = "horovod_timeline.json"
+AUTOTUNE_LOG = "horovod_autotune.csv"
+TRANSLATIONS = "translations"
+SCALING_PREDICTION = "scaling_prediction"
+TENSORBOARD = "tensorboard"
+HYDRA = ".hydra"
+# Logged to the run as artifacts when present (folders keep their name).
+OUTPUT_FILES = (CONFIG, PLAN, FINAL_MODEL, TIMELINE, AUTOTUNE_LOG, LR_PLOT, PRECISION)
+OUTPUT_FOLDERS = (
+    (HYDRA, "hydra"),
+    (LOGS, LOGS),
+    (TRANSLATIONS, TRANSLATIONS),
+    (SCALING_PREDICTION, SCALING_PREDICTION),
+    (RESTARTS, RESTARTS),
+)
+
+# Environment the driver gives the ranks.
+ENV_DRIVER_START = "TNTRUN_DRIVER_START"  # wall time the driver process started (start-up metric)
+ENV_USER_PATH = "TNTRUN_USER_PATH"  # the driver's working directory: user modules import from it
+ENV_PINNED = "TNTRUN_PINNED_TO_SOCKET"  # set once a rank re-executed itself under numactl
+# The cluster environment whose task variables place a rank (launcher=srun: slurm), so the rank
+# maps them to Horovod's before Horovod starts (tntrun.environments, rank_environment).
+ENV_RANK_ENVIRONMENT = "TNTRUN_RANK_ENVIRONMENT"
+# A rank's last line when it ended well (tntrun.engine.worker); the logs' reader knows it.
+RANK_DONE = "done without opening the MLflow store"
+# The ranks train Keras 3 on TensorFlow (tntrun.engine.data_parallel), whatever the user's
+# environment says: `import keras` and `tf.keras` both give it.
+RANK_KERAS = {"KERAS_BACKEND": "tensorflow", "TF_USE_LEGACY_KERAS": "0"}
+
+
+def read_run_id(run_dir: Path) -> str | None:
+    """The id of the tracked run a run directory belongs to (None: it names none)."""
+    for name in (RUN_ID, LEGACY_RUN_ID):
+        path = run_dir / name
+        if path.is_file():
+            return path.read_text().strip()
+    return None
+
+
+def traceback_file(rank: int) -> str:
+    return f"traceback_rank_{rank}.txt"

@@ -1,0 +1,146 @@
+"""Cluster environments: where a run's hosts, rank variables and job identity come from.
+
+One module per environment (Slurm, a static host list, the local machine), each
+a :class:`ClusterEnvironment` subclass registered in :data:`ENVIRONMENTS` in
+the order they are detected. The driver detects the environment before planning
+and hands its :class:`Allocation` to the planner as a fact, so planning stays
+pure; the environment also requeues a job, tells its job id and restart count,
+names the tags a run records, and maps its task variables to Horovod's on a rank.
+Adding an environment (PBS, LSF) is one module and a line in :data:`ENVIRONMENTS`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import signal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+ENVIRONMENTS = {
+    "slurm": "tntrun.environments.slurm.SlurmEnvironment",
+    "static_hosts": "tntrun.environments.static_hosts.StaticHosts",
+    "local": "tntrun.environments.local.LocalEnvironment",
+}
+
+
+class LayoutError(ValueError):
+    """A layout that cannot run; the message names the key and the fix."""
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """The hosts an environment gives a run, and what it allocated on each (facts)."""
+
+    source: str  # how messages name it: "hosts", "hostfile", "the Slurm allocation"
+    hosts: tuple[tuple[str, int | None], ...]  # (host, slots or None for any)
+    exact: bool = True  # a listed host per node; a scheduler's allocation may hold more
+    tasks_per_node: tuple[int, ...] = ()
+    gpus_per_node: int | None = None
+    sized_by_config: bool = False  # allocated from this very config: fills no layout key
+
+    def layout(self, given: set[str]) -> dict[str, int]:
+        """Layout keys the allocation fills, for those not given on the command line."""
+        if self.sized_by_config or not self.hosts:
+            return {}
+        layout = {} if "nodes" in given else {"nodes": len(self.hosts)}
+        if not self.exact:  # a scheduler's allocation also says what it gave each node
+            if "gpus" not in given and self.gpus_per_node:
+                layout["gpus"] = self.gpus_per_node
+            if "ranks_per_node" not in given and self.tasks_per_node:
+                layout["ranks_per_node"] = min(self.tasks_per_node)
+        return layout
+
+
+class ClusterEnvironment:
+    """What a cluster environment tells a run. Subclasses override what they know."""
+
+    name: ClassVar[str] = ""
+    title: ClassVar[str] = ""  # as messages name it: "Slurm"
+    # The task variables (rank, size, local rank) its own launcher sets on every rank.
+    rank_variables: ClassVar[tuple[str, str, str] | None] = None
+
+    def __init__(self, environ: Mapping[str, str], cfg: Mapping[str, Any] | None = None) -> None:
+        self.environ, self.cfg = environ, cfg or {}
+
+    @classmethod
+    def detect(cls, environ: Mapping[str, str]) -> bool:
+        """Whether this process runs in this environment (from its variables)."""
+        return False
+
+    def allocation(self) -> Allocation | None:
+        """The hosts it gives the run (None: only this machine); raises LayoutError."""
+        return None
+
+    def job_id(self) -> str | None:
+        return None
+
+    def restart_count(self) -> int:
+        """How often the scheduler restarted (requeued) this job."""
+        return 0
+
+    def requeued_job(self) -> str | None:
+        """The job id when the scheduler restarted this job (a run to continue), else None."""
+        return self.job_id() if self.restart_count() > 0 else None
+
+    def requeue(self, received: signal.Signals | None) -> None:
+        """After a stop signal: ask the scheduler to run the job again, where it can."""
+
+    def tags(self) -> dict[str, str]:
+        """What a run records about the job (a requeued job finds its run by it)."""
+        return {}
+
+    def rank_environment(self, hosts: Sequence[tuple[str, int]]) -> dict[str, str]:
+        """On a rank its launcher started: HOROVOD_* variables from the task variables."""
+        return {}
+
+
+def _environment_class(name: str) -> type[ClusterEnvironment]:
+    module, _, attr = ENVIRONMENTS.get(name, name).rpartition(".")
+    found = getattr(importlib.import_module(module), attr) if module else None
+    if not (isinstance(found, type) and issubclass(found, ClusterEnvironment)):
+        raise ValueError(f"no cluster environment {name!r}: choose {', '.join(ENVIRONMENTS)}")
+    return found
+
+
+def environment_named(
+    name: str, environ: Mapping[str, str], cfg: Mapping[str, Any] | None = None
+) -> ClusterEnvironment:
+    """The environment registered as ``name`` (or at a dotted path)."""
+    return _environment_class(name)(environ, cfg)
+
+
+def detect(environ: Mapping[str, str]) -> ClusterEnvironment:
+    """The first registered environment that detects itself (the local machine at last)."""
+    for name in ENVIRONMENTS:
+        found = _environment_class(name)
+        if found.detect(environ):
+            return found(environ)
+    return environment_named("local", environ)
+
+
+def allocation_for(environ: Mapping[str, str], cfg: Mapping[str, Any]) -> Allocation | None:
+    """The run's hosts: those the config lists (``hosts``, ``hostfile``), else the
+    detected environment's allocation. Raises LayoutError."""
+    if cfg.get("hosts") or cfg.get("hostfile"):
+        return environment_named("static_hosts", environ, cfg).allocation()
+    return detect(environ).allocation()
+
+
+def layout_from_hosts(
+    cfg: Mapping[str, Any], environ: Mapping[str, str], given: set[str]
+) -> dict[str, int]:
+    """Layout keys not given on the command line that the hosts fill in: a host list sets
+    ``nodes`` (``tntrun -m 'hosts=[a],[a,b]'`` sweeps 1 and 2 nodes), a scheduler's
+    allocation what it allocated."""
+    try:
+        allocation = allocation_for(environ, cfg)
+    except LayoutError:
+        return {}  # a missing or malformed hostfile: planning reports it
+    return allocation.layout(given) if allocation else {}
+
+
+def rank_variable_names() -> list[tuple[str, str, str]]:
+    """(rank, size, local rank) task variables of every registered environment."""
+    named = (_environment_class(name).rank_variables for name in ENVIRONMENTS)
+    return [names for names in named if names]

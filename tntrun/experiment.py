@@ -1,0 +1,53 @@
+"""What a run is asked to do (:class:`Experiment`) and what became of it (:class:`RunResult`).
+
+The CLI, the Python API and the driver share these; they import nothing that runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from omegaconf import DictConfig
+
+if TYPE_CHECKING:
+    from tntrun.planning.plan import Plan
+
+EXIT_CONFIG_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A composed config and what it was composed from."""
+
+    config: DictConfig
+    overrides: tuple[str, ...] = ()
+    choices: Mapping[str, str] = field(default_factory=dict)  # group -> option
+    run_dir: Path | None = None
+    parent_run_id: str | None = None  # the sweep's parent run
+    job: int | None = None  # the job's number in a sweep
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What became of a run."""
+
+    status: str  # FINISHED, FAILED, KILLED; INVALID (config error) or PLANNED (dry run)
+    exit_code: int
+    run_dir: Path | None
+    run_id: str | None = None
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    problems: tuple[str, ...] = ()  # the config errors of an INVALID run, one line each
+    plan: Plan | None = None
+
+    def objective(self, key: str) -> float:
+        """The final value of metric ``key`` (NaN unless the run FINISHED with it)."""
+        return float(self.metrics.get(key, "nan")) if self.status == "FINISHED" else float("nan")
+
+
+def config_error(problems: list[str], run_dir: Path | None = None) -> RunResult:
+    """An INVALID run: bad input, found before any rank started."""
+    return RunResult("INVALID", EXIT_CONFIG_ERROR, run_dir, problems=tuple(problems))

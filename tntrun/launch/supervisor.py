@@ -1,0 +1,184 @@
+"""The ranks' life on the driver: start, follow, restart, heartbeat, stop signals.
+
+The :class:`Supervisor` starts the ranks through the plan's launcher, follows
+them to their end, restarts them from the newest checkpoint after a failure
+(``train.max_restarts``), keeps the driver's heartbeat beating for them and turns
+a stop signal into a checkpoint (:mod:`tntrun.launch.preemption`). It returns an
+:class:`Outcome`. What happens beside the ranks (the tracked run) hears of them
+through :class:`RankEvents`; the supervisor knows nothing of tracking.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from tntrun.contract import run_files
+from tntrun.contract.checkpoints import latest_checkpoint, read_meta
+from tntrun.contract.clock import process_start_time
+from tntrun.contract.driver_alive import DriverHeartbeat
+from tntrun.contract.rank_logs import RankLogWriter
+from tntrun.errors import PlanError
+from tntrun.launch import launcher_for
+from tntrun.launch.preemption import StopOnSignals
+from tntrun.launch.rank_job import LaunchResult, RankJob, StallWatch
+from tntrun.launch.restarts import archive_attempt
+from tntrun.planning.plan import Plan
+from tntrun.planning.resume import ResumePoint
+
+DRIVER_START = process_start_time()  # ranks report their first step relative to it
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How the ranks ended."""
+
+    status: str  # FINISHED, FAILED or KILLED
+    plan: Plan  # the plan the ranks last ran (a restart re-plans)
+    stalled: str | None = None  # why the stall watchdog ended them
+    refused: tuple[str, ...] = ()  # the launcher's pre-flight problems: no rank started
+    stop_signal: signal.Signals | None = None  # the signal that asked them to checkpoint
+    preempted: bool = False  # they stopped together on a stop request and checkpointed there
+
+
+class RankEvents(Protocol):
+    """What the supervisor tells whoever records the run, as the ranks live."""
+
+    def refused(self, problems: Sequence[str]) -> None: ...
+
+    def ranks_started(self, stop_ranks: Callable[[], None]) -> None:
+        """The ranks import TensorFlow now; ``stop_ranks`` stops them from any thread."""
+        ...
+
+    def restarting(self) -> int:
+        """The number of the restart about to happen, counted over the run's whole life."""
+        ...
+
+    def restarted(self, number: int, detail: str, plan: Plan) -> None: ...
+
+    def ranks_ended(self) -> None:
+        """The ranks are gone for good (raising here ends the launch with the error)."""
+        ...
+
+
+class Supervisor:
+    """The ranks of one launch (see the module doc)."""
+
+    def __init__(
+        self, plan: Plan, cfg: Any, run_dir: Path, replan: Callable[[ResumePoint], Plan]
+    ) -> None:
+        self.plan, self.cfg, self.run_dir = plan, cfg, run_dir
+        self.replan = replan  # the plan to continue from a checkpoint with (raises PlanError)
+        self.launcher = launcher_for(plan.launcher)
+        self.job: RankJob | None = None
+        self.restarts = 0  # of the ranks after a failure in this launch (train.max_restarts)
+        train = cfg.train
+        self.stopping = StopOnSignals(
+            run_dir,
+            list(train.preempt_signals),
+            float(train.preempt_grace_s),
+            ranks_running=lambda: self.job is not None,
+            stop_ranks=self.stop_ranks,
+        )
+
+    def run(self, events: RankEvents) -> Outcome:
+        """Pre-flight, start and follow the ranks (restarting them as allowed); how they ended."""
+        status, stalled, refused = "FAILED", None, ()
+        try:
+            with self.stopping.installed(), self.launcher.running(self.plan, self.cfg) as extra:
+                try:
+                    self.launcher.preflight(self.plan, self.cfg, self.run_dir)  # before any rank
+                except PlanError as err:  # recorded on a FAILED run, reported as a config error
+                    refused = tuple(err.problems)
+                    events.refused(refused)
+                else:
+                    result = self.follow(extra, events)
+                    status, stalled = result.status, result.stalled
+                    if self.preempted() or (self.stopping.received and status != "FINISHED"):
+                        status = "KILLED"  # asked to stop: checkpointed (preempted) or not
+        except KeyboardInterrupt:
+            status = "KILLED"
+        finally:
+            if self.job is not None:
+                self.job.stop()
+        received, preempted = self.stopping.received, self.preempted()
+        return Outcome(status, self.plan, stalled, refused, received, preempted)
+
+    def preempted(self) -> bool:
+        """Whether the ranks stopped together on a stop request and checkpointed there."""
+        return (self.run_dir / run_files.PREEMPTED).is_file()
+
+    def stop_ranks(self) -> None:
+        """Stop the ranks from another thread; :meth:`follow` then returns."""
+        if self.job is not None:
+            self.job.terminate()
+
+    def follow(self, extra_env: Mapping[str, str], events: RankEvents) -> LaunchResult:
+        """Start the ranks, follow them until they end, restart them after a failure."""
+        env = {
+            **dict(self.plan.launch_env),
+            **extra_env,
+            run_files.ENV_DRIVER_START: repr(DRIVER_START),
+            run_files.ENV_USER_PATH: os.getcwd(),
+        }
+        heartbeat = DriverHeartbeat(self.run_dir)  # the ranks end within seconds of ours
+        heartbeat.start()
+        self.job = self.start_ranks(env)
+        events.ranks_started(self.stop_ranks)
+        try:
+            outcome = self.job.follow()
+            while self.restart_after(outcome, events):
+                self.job = self.start_ranks(env)
+                outcome = self.job.follow()
+            return outcome
+        finally:
+            heartbeat.stop()
+            events.ranks_ended()
+
+    def start_ranks(self, env: Mapping[str, str]) -> RankJob:
+        return RankJob(
+            self.plan.launch_command,
+            env,
+            self.run_dir / run_files.RANKS_LOG,
+            RankLogWriter(self.run_dir / run_files.LOGS),
+            StallWatch(
+                self.run_dir / run_files.HEARTBEATS,
+                self.plan.world_size,
+                float(self.cfg.train.stall_timeout_s),
+            ),
+        )
+
+    def restart_after(self, outcome: LaunchResult, events: RankEvents) -> bool:
+        """After a failed attempt, re-plan from the newest checkpoint (train.max_restarts)."""
+        limit = int(self.cfg.train.max_restarts)
+        if outcome.status != "FAILED" or self.restarts >= limit or self.stopping.received:
+            return False
+        checkpoint = latest_checkpoint(self.run_dir)
+        try:
+            if checkpoint is None:
+                raise PlanError("the run wrote no checkpoint to restart from")
+            plan = self.replan(ResumePoint(str(checkpoint), read_meta(checkpoint)))
+        except PlanError as err:
+            print(
+                f"tntrun: not restarting the ranks: {'; '.join(err.problems)}",
+                file=sys.stderr,
+                flush=True,
+            )
+            return False
+        self.restarts += 1
+        number = events.restarting()
+        why = archive_attempt(self.run_dir, number, outcome.stalled)
+        self.plan = plan
+        plan.save(self.run_dir / run_files.PLAN)
+        print(
+            f"tntrun: {why}; restart {self.restarts} of {limit} (train.max_restarts) from "
+            f"{checkpoint.name}, in the same run",
+            flush=True,
+        )
+        events.restarted(number, f"{why}; from {checkpoint.name}", plan)
+        return True

@@ -1,0 +1,117 @@
+"""``horovod.*`` settings as structured knobs: Horovod variables, horovodrun arguments or in-rank.
+
+Pure. Each knob says how it reaches Horovod in both forms a launcher may use:
+``args`` for horovodrun's command line and ``env`` for ``HOROVOD_*`` variables
+(what horovodrun itself turns its flags into, and all an ``srun`` rank gets).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tntrun.contract import run_files
+from tntrun.errors import PlanError
+
+
+@dataclass(frozen=True)
+class HorovodKnob:
+    """How one ``horovod.*`` setting reaches Horovod."""
+
+    key: str
+    value: Any
+    env: tuple[tuple[str, str], ...] = ()  # HOROVOD_* variables
+    args: tuple[str, ...] = ()  # horovodrun's form, when it has one (else it gets env)
+    in_rank: bool = False  # applied by the ranks themselves (DistributedOptimizer)
+    launcher_only: str | None = None  # meaningful only for this launcher (ssh settings)
+
+    def describe(self) -> str:
+        """How the knob is applied, for the dry run."""
+        if self.in_rank:
+            return "in-rank DistributedOptimizer"
+        parts = [f"{name}={value}" for name, value in self.env]
+        if self.args:
+            parts.insert(0, " ".join(self.args))
+        return " | ".join(parts)
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> HorovodKnob:
+        return cls(
+            **{**raw, "env": tuple(tuple(kv) for kv in raw["env"]), "args": tuple(raw["args"])}
+        )
+
+
+def horovod_knobs(hvd: Mapping[str, Any], run_dir: Path) -> tuple[HorovodKnob, ...]:
+    """Map ``horovod.*`` to horovodrun arguments, HOROVOD_* variables or in-rank settings."""
+    knobs: list[HorovodKnob] = []
+    fusion_kb = hvd["fusion_threshold_kb"]
+    if fusion_kb is not None:
+        if fusion_kb < 0:
+            raise PlanError(
+                f"horovod.fusion_threshold_kb={fusion_kb}: "
+                "use 0 to disable fusion or a positive size"
+            )
+        env = (("HOROVOD_FUSION_THRESHOLD", str(fusion_kb * 1024)),)
+        knobs.append(HorovodKnob("fusion_threshold_kb", fusion_kb, env=env))
+    cycle = hvd["cycle_time_ms"]
+    if cycle is not None:
+        if cycle <= 0:
+            raise PlanError(f"horovod.cycle_time_ms={cycle}: give a positive time in ms")
+        knobs.append(
+            HorovodKnob("cycle_time_ms", cycle, env=(("HOROVOD_CYCLE_TIME", f"{cycle:g}"),))
+        )
+    if hvd["autotune"]:
+        log = str(run_dir / run_files.AUTOTUNE_LOG)
+        knobs.append(
+            HorovodKnob(
+                "autotune",
+                True,
+                env=(("HOROVOD_AUTOTUNE", "1"), ("HOROVOD_AUTOTUNE_LOG", log)),
+                args=("--autotune", "--autotune-log-file", log),
+            )
+        )
+    if hvd["timeline"]:
+        timeline = str(run_dir / run_files.TIMELINE)
+        knobs.append(
+            HorovodKnob(
+                "timeline",
+                True,
+                env=(("HOROVOD_TIMELINE", timeline),),
+                args=("--timeline-filename", timeline),
+            )
+        )
+    if hvd["hierarchical_allreduce"]:
+        knobs.append(
+            HorovodKnob(
+                "hierarchical_allreduce",
+                True,
+                env=(("HOROVOD_HIERARCHICAL_ALLREDUCE", "1"),),
+                args=("--hierarchical-allreduce",),
+            )
+        )
+    if hvd["network_interface"] is not None:
+        nic = str(hvd["network_interface"])
+        knobs.append(
+            HorovodKnob(
+                "network_interface",
+                nic,
+                env=(("HOROVOD_GLOO_IFACE", nic),),
+                args=("--network-interface", nic),
+            )
+        )
+    for key, flag in (("ssh_port", "-p"), ("ssh_identity_file", "-i")):
+        if hvd[key] is not None:
+            knobs.append(
+                HorovodKnob(key, hvd[key], args=(flag, str(hvd[key])), launcher_only="horovodrun")
+            )
+    compression = str(hvd["compression"])
+    knobs.append(HorovodKnob("compression", compression, in_rank=True))
+    passes = int(hvd["backward_passes_per_step"])
+    if passes < 1:
+        raise PlanError(
+            f"horovod.backward_passes_per_step={passes}: use 1 (no accumulation) or more"
+        )
+    knobs.append(HorovodKnob("backward_passes_per_step", passes, in_rank=True))
+    return tuple(knobs)

@@ -1,0 +1,105 @@
+"""What a tracked run is opened with: its name, its tags (new or resumed) and its params.
+
+Pure of any store but the tracker it logs params to; the :class:`~tntrun.tracking.recorder.
+Recorder` decides when to open the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from tntrun.contract.checkpoints import config_hash
+from tntrun.datasets.base import DatasetInfo
+from tntrun.planning.plan import Plan
+from tntrun.planning.resume import ResumedRun
+from tntrun.tracking import DatasetLogging, Tracker, flatten
+from tntrun.tracking.lost_runs import DRIVER_LOST_TAG
+from tntrun.tracking.run_record import PREEMPTED_TAG, start_tags
+from tntrun.tracking.runs_table import dataset_record, default_run_name
+
+
+@dataclass(frozen=True)
+class RunOrigin:
+    """Where a run comes from, as its record says: the command line and, in a sweep, the job."""
+
+    overrides: tuple[str, ...] = ()
+    choices: Mapping[str, str] = field(default_factory=dict)  # group -> option
+    parent_run_id: str | None = None  # the sweep's parent run
+    job: int | None = None  # the job's number in a sweep
+    # This driver and its job (host, pid, start; the scheduler's job id), tagged anew on a
+    # resumed run: a later command tells by them whether the driver is gone.
+    launch_tags: Mapping[str, str] = field(default_factory=dict)
+
+
+def problem_hash(cfg: DictConfig) -> str:
+    """The hash of the training problem a config defines (checkpoints and runs carry it)."""
+    return config_hash(OmegaConf.to_container(cfg, resolve=True))
+
+
+def run_name(cfg: DictConfig, plan: Plan, origin: RunOrigin) -> str:
+    """``tracking.run_name``, else ``<model>-<dataset>-<ranks>x<micro-batch>``
+    (``mlp-digits-2x32``), for the runs table."""
+    return cfg.tracking.run_name or default_run_name(
+        origin.choices,
+        cfg.model.get("_target_"),
+        cfg.dataset.get("_target_"),
+        plan.world_size,
+        plan.micro_batch_size,
+        origin.job,
+    )
+
+
+def new_run_tags(cfg: DictConfig, plan: Plan, run_dir: Path, origin: RunOrigin) -> dict[str, str]:
+    """The tags of a new run (:func:`~tntrun.tracking.run_record.start_tags`)."""
+    overrides, choices = list(origin.overrides), dict(origin.choices)
+    return start_tags(plan, run_dir, overrides, choices, problem_hash(cfg))
+
+
+def resume_tags(
+    resumed: ResumedRun,
+    plan: Plan,
+    run_dir: Path,
+    origin: RunOrigin,
+    recorded: Mapping[str, str],
+    number: int,
+) -> dict[str, str]:
+    """Tags for a resumed run: restart ``number`` (how, from where, and how the run had
+    ended), and a layout change when there is one."""
+    before = resumed.point.meta
+    ended = recorded.get(PREEMPTED_TAG) or recorded.get(DRIVER_LOST_TAG)
+    restart = f"{resumed.how}: from {Path(resumed.point.checkpoint).name}"
+    tags = {
+        "resumed_in": str(run_dir),
+        "run_dir": str(run_dir),
+        **origin.launch_tags,
+        "restarts": str(number),
+        f"restart.{number}": f"{restart}; {ended}" if ended else restart,
+    }
+    if (before.world_size, before.global_batch_size) != (plan.world_size, plan.global_batch_size):
+        tags["resume.layout_change"] = (
+            f"{before.world_size} ranks, global batch {before.global_batch_size} -> "
+            f"{plan.world_size} ranks, global batch {plan.global_batch_size}; "
+            f"LR {plan.scaled_lr:g}, restarting at step {plan.initial_step}"
+        )
+        print(f"tntrun: resuming with a new layout: {tags['resume.layout_change']}")
+    return tags
+
+
+def log_run_params(
+    tracker: Tracker,
+    cfg: DictConfig,
+    plan: Plan,
+    origin: RunOrigin,
+    dataset: DatasetInfo | None,
+) -> None:
+    """The flattened config and the plan's summary as params; the dataset as an input."""
+    params = dict(flatten(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)))
+    params.update(plan.summary_params())
+    tracker.log_params(params)
+    if dataset is not None and isinstance(tracker, DatasetLogging):
+        dataset_cfg = OmegaConf.to_container(cfg.dataset, resolve=True, enum_to_str=True)
+        tracker.log_dataset(dataset_record(origin.choices, dataset_cfg, dataset))

@@ -1,0 +1,312 @@
+"""The tracked run of one launch: opened while the ranks start, fed, and always ended.
+
+The :class:`Recorder` opens the run (or reopens a resumed one) in the tracking
+thread while the ranks import TensorFlow, relays rank 0's metrics into it, records
+restarts, and at the end delivers the outputs and the final status, through an
+outage of the store if need be (then ``tntrun sync`` completes it). It hears of the
+ranks through the supervisor's events (``ranks_started``, ``restarting``,
+``restarted``, ``ranks_ended``, ``refused``) and knows nothing of how they run.
+
+The tracking thread, the relay's thread and the main thread all touch its state
+(the plan, the restart count, whether opening waits for the store), so that state
+lives under one lock.
+"""
+
+from __future__ import annotations
+
+import shlex
+import socket
+import sys
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from tntrun.contract import run_files
+from tntrun.contract.metrics import MetricPoint, last_values
+from tntrun.datasets.base import DatasetInfo
+from tntrun.planning.plan import Plan
+from tntrun.planning.resume import ResumedRun
+from tntrun.planning.schedule_chart import write_schedule_chart
+from tntrun.tracking import Browsable, SystemMetrics, Tracker
+from tntrun.tracking.metrics_stream import MetricsRelay
+from tntrun.tracking.opening import (
+    RunOrigin,
+    log_run_params,
+    new_run_tags,
+    resume_tags,
+    run_name,
+)
+from tntrun.tracking.outage import Delivery, Pending, describe, is_outage, sync_line
+from tntrun.tracking.session import TrackingSession
+
+SHOWN_METRICS = ("val_accuracy", "val_loss", "bleu", "bleu_uncased")
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What the store holds of a run once it ended."""
+
+    run_id: str | None
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    tracked: bool = True  # False: never opened, or left to the tracking thread (Ctrl-C twice)
+    pending: bool = False  # the store was unreachable: `tntrun sync` delivers the rest
+
+
+class Recorder:
+    """One launch's tracked run (see the module doc)."""
+
+    def __init__(
+        self,
+        tracker: Tracker,
+        cfg: DictConfig,
+        plan: Plan,
+        run_dir: Path,
+        origin: RunOrigin,
+        resumed: ResumedRun | None = None,
+        dataset: DatasetInfo | None = None,
+    ) -> None:
+        self.tracker, self.cfg, self.run_dir, self.origin = tracker, cfg, run_dir, origin
+        self.resumed = resumed
+        self.dataset = dataset  # the sizes planned with, recorded with the run
+        self._lock = threading.RLock()  # guards everything below
+        self._plan = plan  # a restart re-plans
+        self._restarts = 0  # the run's restarts so far (failures, preemptions, resumptions)
+        self._deferred = False  # the store was unreachable when the run was to be opened
+        self._session: TrackingSession | None = None
+        self._relay: MetricsRelay | None = None  # rank 0's metrics into the run
+        self._pending: Pending | None = None  # what the store has not received at the end
+
+    @property
+    def prefix(self) -> str | None:
+        """The artifact folder of a resumed run's new outputs (its first ones stay apart)."""
+        return f"resumed-{self.run_dir.name}" if self.resumed else None
+
+    # The supervisor's events.
+
+    def refused(self, problems: Sequence[str]) -> None:
+        """The launcher's pre-flight refused the run: a FAILED run that says why."""
+        self.open()
+        self.tracker.set_tag("failure.preflight", "\n".join(problems)[:5000])
+
+    def ranks_started(self, stop_ranks: Callable[[], None]) -> None:
+        """The ranks import TensorFlow: open the run meanwhile, in a lower-priority thread
+        (``stop_ranks`` if that fails)."""
+        self._session = TrackingSession(self._open_tracked, self._relaying, stop_ranks)
+
+    def restarting(self) -> int:
+        """The number of the restart about to happen, counted over the run's whole life."""
+        with self._lock:
+            self._restarts += 1
+            return self._restarts
+
+    def restarted(self, number: int, detail: str, plan: Plan) -> None:
+        """The ranks restarted from a checkpoint with ``plan``: tag why and from where."""
+        with self._lock:
+            self._plan = plan
+            if self.tracker.run_id:
+                self.tracker.set_tag("restarts", str(self._restarts))
+                self.tracker.set_tag(f"restart.{number}", detail)
+
+    def ranks_ended(self) -> None:
+        """Let the relay send what is left; re-raises a failure to open the run."""
+        if self._session is not None:
+            self._session.close()
+
+    # Opening the run.
+
+    def open(self) -> None:
+        """Create the tracked run (or reopen the resumed one) and log its params."""
+        tracker, run_dir = self.tracker, self.run_dir
+        with self._lock:
+            if tracker.run_id:  # created before the store went away: the rest again
+                run_id = tracker.run_id
+            elif self.resumed:
+                run_id = self.resumed.run_id
+                recorded = tracker.reopen(run_id)
+                self._restarts = int(recorded.get("restarts", 0)) + 1
+                tags = resume_tags(
+                    self.resumed, self._plan, run_dir, self.origin, recorded, self._restarts
+                )
+                for key, value in tags.items():
+                    tracker.set_tag(key, value)
+            else:
+                tags = new_run_tags(self.cfg, self._plan, run_dir, self.origin)
+                name = run_name(self.cfg, self._plan, self.origin)
+                run_id = tracker.start(name, tags, self.origin.parent_run_id)
+            (run_dir / run_files.RUN_ID).write_text(run_id)
+            if not self.resumed:
+                log_run_params(tracker, self.cfg, self._plan, self.origin, self.dataset)
+        print(f"tntrun: {tracker.label} run {run_id} in {tracker.store}", flush=True)
+
+    def _open_tracked(self) -> tuple[Tracker, str | None]:
+        """:meth:`open`; if the store went away since the pre-flight check, training goes
+        on and the run is opened once the store answers (by the relay or at the end)."""
+        try:
+            self.open()
+        except Exception as err:
+            if not is_outage(err, self.tracker.store):
+                raise
+            with self._lock:
+                self._deferred = True
+            print(
+                f"tntrun: the tracking store {self.tracker.store} does not answer "
+                f"({describe(err)}); training goes on and the run is recorded once it does",
+                file=sys.stderr,
+                flush=True,
+            )
+        return self.tracker, self.prefix
+
+    def _open_deferred(self) -> None:
+        """Open the run now if the store was unreachable when it was to be opened."""
+        with self._lock:
+            if self._deferred:
+                self.open()
+                self._deferred = False
+
+    # While the ranks run.
+
+    def _send_metrics(self, points: list[MetricPoint]) -> None:
+        self._open_deferred()
+        self.tracker.log_metrics(points)
+
+    def _metrics_relay(self) -> MetricsRelay:
+        """The relay of rank 0's metrics; while the store is down they wait in the file."""
+        store, path = self.tracker.store, self.run_dir / run_files.METRICS
+
+        def down(err: BaseException) -> None:
+            with self._lock:
+                if self._deferred:  # _open_tracked said so already
+                    return
+            print(
+                f"tntrun: the tracking store {store} does not answer ({describe(err)}); "
+                f"training goes on and rank 0's metrics wait in {path}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+        def back(lines: int) -> None:
+            print(
+                f"tntrun: the tracking store {store} answers again; {lines} metric lines caught up",
+                file=sys.stderr,
+                flush=True,
+            )
+
+        relay = MetricsRelay(path, self._send_metrics, on_failure=down, on_recovery=back)
+        with self._lock:
+            self._relay = relay
+        return relay
+
+    @contextmanager
+    def _relaying(self, tracker: Tracker) -> Iterator[None]:
+        """While the ranks run: rank 0's metrics and this node's system metrics into the run."""
+        tracking = self.cfg.tracking
+        with self._lock:
+            node = socket.gethostname() if self._plan.nodes > 1 else None
+        system = (
+            tracker.system_metrics(
+                bool(tracking.system_metrics) and bool(tracker.run_id),
+                float(tracking.system_metrics_interval_s),
+                node,
+            )
+            if isinstance(tracker, SystemMetrics)
+            else nullcontext()
+        )
+        with system, self._metrics_relay():
+            yield
+
+    # The end.
+
+    def end(self, status: str, stalled: str | None) -> None:
+        """Attach the outputs and end the tracked run (never RUNNING while the store answers:
+        :meth:`_settle`). A run left to the tracking thread is that thread's to end."""
+        abandoned = self._session is not None and self._session.abandoned
+        with self._lock:
+            tracked = bool(self.tracker.run_id or self._deferred) and not abandoned
+            plan = self._plan
+        if not tracked:
+            return
+        try:
+            write_schedule_chart(plan, self.run_dir / run_files.LR_PLOT)  # after the run
+        finally:
+            self._settle(status, stalled)
+
+    def _settle(self, status: str, stalled: str | None) -> None:
+        """Deliver the rest (metrics, outputs) and set the final status, retrying through an
+        outage of the store for ``tracking.outage_grace_s``; then leave what is still pending
+        in the run directory for ``tntrun sync``."""
+        tracker, run_dir = self.tracker, self.run_dir
+        with self._lock:
+            relay = self._relay or MetricsRelay(run_dir / run_files.METRICS, self._send_metrics)
+            waiting = relay.failure is not None or self._deferred
+        delivery = Delivery(
+            tracker, run_dir, relay, status, stalled, self.prefix, self._open_deferred
+        )
+        grace = float(self.cfg.tracking.outage_grace_s)
+        if waiting:
+            print(
+                f"tntrun: waiting up to {grace:g} s (tracking.outage_grace_s) for "
+                f"{tracker.store} to take the rest of the run",
+                file=sys.stderr,
+                flush=True,
+            )
+        error = delivery.within(grace)
+        if error is None:
+            if waiting:
+                print(
+                    f"tntrun: the tracking store {tracker.store} answers again; metrics, "
+                    f"outputs and status {status} delivered",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            return
+        with self._lock:
+            self._pending = Pending(
+                tracker.store,
+                status,
+                tracker.run_id,
+                relay.offset,
+                params_logged=not self._deferred,
+                outputs_logged=delivery.outputs_logged,
+                stalled=stalled,
+                prefix=self.prefix,
+                run_name=run_name(self.cfg, self._plan, self.origin),
+                parent_run_id=self.origin.parent_run_id,
+                reason=describe(error),
+                tags=None
+                if tracker.run_id
+                else new_run_tags(self.cfg, self._plan, run_dir, self.origin),
+            )
+            self._pending.save(run_dir)
+
+    def report(self, status: str) -> Recorded:
+        """Print the run's outcome (its final metrics, where to see it) and return it."""
+        abandoned = self._session is not None and self._session.abandoned
+        with self._lock:
+            pending = self._pending is not None
+        if abandoned or (not self.tracker.run_id and not pending):
+            return Recorded(self.tracker.run_id, tracked=False)
+        return final_report(self.tracker, self.run_dir, status, pending)
+
+
+def final_report(tracker: Tracker, run_dir: Path, status: str, pending: bool) -> Recorded:
+    """Print a run's final metrics and where to see it; ``pending``: the store was
+    unreachable, the metrics come from the file and ``tntrun sync`` delivers the rest."""
+    metrics = last_values(run_dir / run_files.METRICS) if pending else tracker.summary().metrics
+    print()
+    print(f"tntrun: run {status}")
+    for key in SHOWN_METRICS:
+        if key in metrics:
+            print(f"tntrun: final {key}: {metrics[key]:.4f}")
+    if tracker.run_id:
+        print(f"tntrun: {tracker.label} run id: {tracker.run_id}")
+    print(f"tntrun: run directory: {run_dir}")
+    if pending:  # the training's outcome stands; its record waits for `tntrun sync`
+        print(sync_line(tracker.store, run_dir), flush=True)
+    elif isinstance(tracker, Browsable):
+        print(f"tntrun: open the {tracker.label} UI with: {shlex.join(tracker.ui_command())}")
+        print(f"tntrun: the run in it: {tracker.ui_url()}")
+    return Recorded(tracker.run_id, metrics, pending=pending)
