@@ -22,6 +22,7 @@ from tntrun.config.zoo import SizedDataset, check_targets, distributes_automatic
 from tntrun.contract import run_files
 from tntrun.contract.checkpoints import adopt
 from tntrun.contract.driver_alive import driver_tags
+from tntrun.contract.node_metrics import carry_over
 from tntrun.datasets.base import DatasetInfo
 from tntrun.environments import detect
 from tntrun.errors import PlanError
@@ -106,6 +107,7 @@ def run(exp: Experiment) -> RunResult:
     run_dir.mkdir(parents=True, exist_ok=True)
     if resumed:  # the run's newest directory holds its newest checkpoint (resume=auto)
         adopt(Path(resumed.point.checkpoint), run_dir)
+        carry_over(resumed.run_dir, run_dir)  # each host's system metrics go on from there
     (run_dir / run_files.CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
     plan.save(run_dir / run_files.PLAN)
     print(

@@ -146,3 +146,28 @@ def test_ctrl_c_of_a_two_host_run_stops_both_hosts(netns_hosts, tmp_path):
     # beat (driver_alive), within half a second of it.
     ran = assert_ctrl_c_stops_every_rank(tmp_path, *remote(netns_hosts), settle_s=2.0, roles=REMOTE)
     assert_one_rank_per_host(ran.seen, netns_hosts)
+
+
+def test_each_host_s_system_metrics_reach_the_run_as_a_node_of_its_own(netns_hosts, tmp_path):
+    """Local rank 0 on each host samples it; the driver logs the samples per node, with
+    MLflow's node-id naming, each sample once."""
+    interval = "tracking.system_metrics_interval_s=0.5"
+    result = tntrun_cli(tmp_path, *remote(netns_hosts), "train.epochs=2", interval)
+    assert result.returncode == 0, result.stdout[-3000:]
+    run_dir = run_dir_of(result)
+    client = MlflowClient(store_uri(tmp_path))
+    run = client.get_run((run_dir / "run_id").read_text())
+    system = {key for key in run.data.metrics if key.startswith("system/")}
+    nodes = {key.split("/")[1] for key in system}
+    assert nodes == set(netns_hosts.addresses), sorted(system)  # no driver's series apart
+    for node in netns_hosts.addresses:
+        cpu = client.get_metric_history(
+            run.info.run_id, f"system/{node}/cpu_utilization_percentage"
+        )
+        assert len(cpu) >= 2 and [m.step for m in cpu] == list(range(len(cpu)))
+        assert all(0 <= m.value <= 100 for m in cpu)
+        assert run.data.metrics[f"system/{node}/system_memory_usage_megabytes"] > 0
+        for name in ("disk_usage_percentage", "network_receive_megabytes"):
+            assert f"system/{node}/{name}" in system
+        lines = (run_dir / "system" / f"{node}.jsonl").read_text().splitlines()
+        assert len(lines) == len(cpu)  # every sample the host wrote, once

@@ -198,6 +198,13 @@ def test_a_preempted_run_resumes_mid_epoch_into_the_same_run_with_the_same_weigh
     assert run.data.tags["restart.1"].startswith(f"resume=auto: from {checkpoint}; SIGTERM on ")
     history = client.get_metric_history(run_id, "val_accuracy")
     assert sorted({m.step for m in history}) == [0, 1, 2, 3]
+    # The host's system metrics: one series whose steps go on in the resumed run's directory.
+    written = sum(
+        len((run_dir / "system" / "localhost.jsonl").read_text().splitlines())
+        for run_dir in (preempted_dir, run_dir_of(resumed))
+    )
+    cpu = client.get_metric_history(run_id, "system/cpu_utilization_percentage")
+    assert sorted(m.step for m in cpu) == list(range(written)), [m.step for m in cpu]
     for a, b in zip(weights(run_dir_of(resumed)), weights(run_dir_of(uninterrupted)), strict=True):
         np.testing.assert_array_equal(a, b)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.helpers.runs import store_uri
+from tests.helpers.runs import run_dir_of, store_uri
 
 pytestmark = pytest.mark.slow
 
@@ -37,7 +37,13 @@ def test_default_experiment_trains_on_two_ranks_and_logs_to_mlflow(run_tntrun, t
 
     steps = [m.step for m in client.get_metric_history(run.info.run_id, "step_loss")]
     assert steps == list(range(20, 22 * epochs + 1, 20))  # every tracking.log_every_steps
-    assert any(key.startswith("system/cpu_utilization") for key in run.data.metrics)
+    # One host: one node series (local rank 0 samples it), named without a node id.
+    system = sorted(key for key in run.data.metrics if key.startswith("system/"))
+    assert "system/cpu_utilization_percentage" in system
+    assert all(key.count("/") == 1 for key in system), system
+    assert [p.name for p in (run_dir_of(result) / "system").glob("*.jsonl")] == ["localhost.jsonl"]
+    cpu = client.get_metric_history(run.info.run_id, "system/cpu_utilization_percentage")
+    assert [m.step for m in cpu] == list(range(len(cpu))) and len(cpu) >= 2
     for key in ("steady_samples_per_s", "step_time_p50_ms", "step_time_p95_ms", "epoch_time_s"):
         assert run.data.metrics[key] > 0
     assert "rank 1: done without opening the MLflow store" in result.stdout

@@ -53,6 +53,10 @@ def test_a_runs_artifacts_land_on_the_server_not_on_the_drivers_disk(tmp_path, t
     (run,) = runs_of(client, "team-run")
     assert run.info.status == "FINISHED"
     assert run.info.run_id == (run_dir / run_files.RUN_ID).read_text().strip()
+    # The server is the UI: the run's page on it, no command to start another.
+    page = f"{team_server.url}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}"
+    assert f"tntrun: the run in it: {page}" in result.stdout
+    assert "open the MLflow UI with" not in result.stdout
 
     served = served_artifacts(team_server, run)
     for name in ("config.yaml", "plan.json", "logs/rank.0.log", "logs/rank.1.log", "model.keras"):
@@ -60,8 +64,9 @@ def test_a_runs_artifacts_land_on_the_server_not_on_the_drivers_disk(tmp_path, t
     (checkpoint,) = (served / "checkpoint").iterdir()
     assert (checkpoint / "meta.json").is_file()
     assert (served / "model.keras").read_bytes() == (run_dir / "model.keras").read_bytes()
-    # The driver's working directory holds the run directory only: no local artifact store.
-    assert [p for p in tmp_path.rglob("model.keras")] == [run_dir / "model.keras"]
+    # The driver's working directory holds the run directory only: no local artifact store
+    # (rank 0's MLflow model folder, mlflow_model/, is in the run directory).
+    assert [p for p in tmp_path.rglob("model.keras") if run_dir not in p.parents] == []
     assert not (tmp_path / "outputs" / "mlartifacts").exists()
 
     # A teammate reads them through the server alone.

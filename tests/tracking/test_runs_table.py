@@ -1,5 +1,5 @@
 """What the runs table shows: run names, the dataset input, source tags, experiment kind and
-system-metric samples at a run's start and end (builders pure; the tracker on a SQLite store)."""
+a host's system-metric samples (builders pure; the tracker on a SQLite store)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import os
 from omegaconf import OmegaConf
 
 from tntrun.datasets.base import DatasetInfo
+from tntrun.engine.node_sampler import NodeSampler
 from tntrun.tracking.mlflow_tracker import (
     EXPERIMENT_KIND,
     MODEL_TRAINING,
@@ -16,6 +17,7 @@ from tntrun.tracking.mlflow_tracker import (
     dataset_input,
 )
 from tntrun.tracking.mlflow_ui import run_url
+from tntrun.tracking.node_metrics import NodeMetricsRelay
 from tntrun.tracking.provenance import source_tags
 from tntrun.tracking.runs_table import dataset_record, dataset_source, default_run_name
 
@@ -110,8 +112,11 @@ def test_a_run_in_an_experiment_of_model_training_with_its_dataset_and_samples(t
     client = tracker.client
     assert client.get_experiment(tracker.experiment_id).tags[EXPERIMENT_KIND] == MODEL_TRAINING
     tracker.log_dataset(dataset_record({"dataset": "digits"}, {"_target_": "x.D"}, DIGITS))
-    with tracker.system_metrics(True, 60.0, None):  # far shorter than the interval
-        pass
+    sampler = NodeSampler(tmp_path, "localhost", 60.0)
+    for _ in ("start", "end"):  # as a rank samples its host
+        sampler.sample()
+    sampler.stop()
+    NodeMetricsRelay(tmp_path, tracker.log_metrics, lambda: tracker.run_id, False).drain()
     tracker.finish("FINISHED")
 
     run = client.get_run(tracker.run_id)
@@ -119,7 +124,7 @@ def test_a_run_in_an_experiment_of_model_training_with_its_dataset_and_samples(t
     (used,) = run.inputs.dataset_inputs
     assert (used.dataset.name, used.dataset.source_type) == ("digits", "code")
     cpu = client.get_metric_history(tracker.run_id, "system/cpu_utilization_percentage")
-    assert [m.step for m in cpu] == [0, 1]  # one at the start, one at the end
+    assert [m.step for m in cpu] == [0, 1]
     assert "system/system_memory_usage_megabytes" in run.data.metrics
     assert tracker.ui_url() == run_url(tracker.experiment_id, tracker.run_id)
     assert tracker.ui_url().endswith("?workflowType=machine_learning")

@@ -15,7 +15,6 @@ from tntrun.tracking import (
     LostRunCleanup,
     NestedRuns,
     RunSummary,
-    SystemMetrics,
     children_of,
 )
 from tntrun.tracking.lost_runs import lost_runs
@@ -29,7 +28,7 @@ def _tracker(tmp_path) -> MlflowTracker:
 
 def test_the_mlflow_tracker_has_every_optional_capability(tmp_path):
     tracker = _tracker(tmp_path)
-    for capability in (Browsable, SystemMetrics, DatasetLogging, LostRunCleanup, NestedRuns):
+    for capability in (Browsable, DatasetLogging, LostRunCleanup, NestedRuns):
         assert isinstance(tracker, capability), capability.__name__
     assert not isinstance(object(), NestedRuns)
 

@@ -195,6 +195,19 @@ def recorded_counts(client, run_id: str, keys) -> collections.Counter:
     return collections.Counter({key: len(client.get_metric_history(run_id, key)) for key in keys})
 
 
+def host_samples(run_dir: Path) -> list[dict]:
+    """The samples this (one) host's local rank 0 wrote of its system metrics."""
+    (found,) = (run_dir / run_files.SYSTEM_METRICS).glob("*.jsonl")
+    return [json.loads(line) for line in found.read_text().splitlines()]
+
+
+def assert_each_sample_once(client, run_id: str, samples: list[dict]) -> None:
+    """The run's system metrics hold each sample the host wrote, once (a one-node run)."""
+    cpu = client.get_metric_history(run_id, "system/cpu_utilization_percentage")
+    assert sorted(m.step for m in cpu) == [sample["step"] for sample in samples]
+    assert sorted(m.timestamp for m in cpu) == [sample["t"] for sample in samples]
+
+
 def wait_for_output(log: Path, text: str, process: subprocess.Popen, seconds: float = 60) -> None:
     deadline = time.monotonic() + seconds
     while text not in log.read_text():
@@ -217,6 +230,7 @@ def test_metrics_written_while_the_server_is_down_reach_the_run_once_it_is_back(
         mlflow_server,
         "train.epochs=20",
         "tracking.outage_grace_s=90",
+        "tracking.system_metrics_interval_s=1",
         "+callbacks.pace._target_=pace.Pace",
         "+callbacks.pace.ranks=master_only",
         "+callbacks.pace.step_s=0.1",
@@ -225,9 +239,10 @@ def test_metrics_written_while_the_server_is_down_reach_the_run_once_it_is_back(
     )
     run_dir = wait_for_training(tmp_path, process, lines=5)
     mlflow_server.kill()
-    down_at, lines_at_kill = time.monotonic(), metric_lines(run_dir)
+    down_at, lines_at_kill, down_ms = time.monotonic(), metric_lines(run_dir), time.time() * 1000
     wait_for_output(log, "does not answer", process)
     mlflow_server.start()  # 5 to 25 s here: the outage
+    up_ms = time.time() * 1000
     outage_s, lines_at_return = time.monotonic() - down_at, metric_lines(run_dir)
     wait_for_output(log, "metric lines caught up", process)  # the relay, while training runs
     lines_caught_up = metric_lines(run_dir)
@@ -250,6 +265,9 @@ def test_metrics_written_while_the_server_is_down_reach_the_run_once_it_is_back(
     expected = expected_counts(run_dir)
     assert sum(expected.values()) > 300
     assert recorded_counts(client, run_id, expected) == expected  # none lost, none twice
+    samples = host_samples(run_dir)  # the host's system metrics, sampled through the outage
+    assert any(down_ms < sample["t"] < up_ms for sample in samples)
+    assert_each_sample_once(client, run_id, samples)
     assert not (run_dir / run_files.TRACKING_PENDING).exists()
     assert "model.keras" in {a.path for a in client.list_artifacts(run_id)}
 
@@ -265,7 +283,7 @@ def test_a_server_that_stays_away_leaves_the_run_to_tntrun_sync(tmp_path, mlflow
         mlflow_server,
         "train.epochs=15",
         "tracking.outage_grace_s=2",
-        "tracking.system_metrics=false",
+        "tracking.system_metrics_interval_s=1",
     )
     run_dir = wait_for_training(tmp_path, process, lines=3)
     mlflow_server.kill()
@@ -303,12 +321,15 @@ def test_a_server_that_stays_away_leaves_the_run_to_tntrun_sync(tmp_path, mlflow
     expected = expected_counts(run_dir)
     assert recorded_counts(client, run_id, expected) == expected
     assert "model.keras" in {a.path for a in client.list_artifacts(run_id)}
+    assert len(run.outputs.model_outputs) == 1  # the sync logged the run's model too
+    assert_each_sample_once(client, run_id, host_samples(run_dir))  # what the driver could not
     assert not (run_dir / run_files.TRACKING_PENDING).exists()
     again = subprocess.run(
         sync, cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=120
     )
     assert again.returncode == 0 and "nothing to replay" in again.stdout
     assert recorded_counts(client, run_id, expected) == expected  # idempotent
+    assert_each_sample_once(client, run_id, host_samples(run_dir))
 
     # A store that never had the run: sync creates it with its params and every metric.
     other = f"sqlite:///{tmp_path / 'other.db'}"
@@ -327,4 +348,5 @@ def test_a_server_that_stays_away_leaves_the_run_to_tntrun_sync(tmp_path, mlflow
     created = other_client.get_run(new_id)
     assert created.info.status == "FINISHED"
     assert created.data.params["plan.world_size"] == "2"
+    assert_each_sample_once(other_client, new_id, host_samples(copy))  # every one, anew
     assert recorded_counts(other_client, new_id, expected) == expected

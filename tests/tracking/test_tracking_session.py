@@ -39,8 +39,6 @@ def test_lowers_only_its_own_thread():
     assert os.getpriority(os.PRIO_PROCESS, 0) == before
 
 
-# slow: MLflow runs `uname -p` when it creates the run
-@pytest.mark.slow
 def test_opens_the_run_at_lower_priority_and_relays_until_closed(tmp_path):
     entered: list[tuple[str, int]] = []
     exited = threading.Event()
@@ -72,8 +70,6 @@ def test_a_failure_to_open_the_run_stops_the_ranks_and_reaches_the_driver():
     assert stopped.is_set()
 
 
-# slow: MLflow runs `uname -p` when it creates the run
-@pytest.mark.slow
 def test_a_driver_that_stops_waiting_leaves_no_run_running(tmp_path, monkeypatch):
     release = threading.Event()
     start = _new_run(tmp_path)

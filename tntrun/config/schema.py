@@ -134,8 +134,8 @@ class TrackingConfig:
     objective: str = "val_accuracy"
     # Log loss, LR and samples/s every N training steps (0: only per epoch).
     log_every_steps: int = 20
-    # MLflow system metrics (CPU, memory, disk, network; GPU with nvidia-ml-py) sampled on
-    # the master rank.
+    # MLflow's system metrics (CPU, memory, disk, network; GPU with nvidia-ml-py) of every
+    # host, sampled by its local rank 0 every interval (s) and logged per node.
     system_metrics: bool = True
     system_metrics_interval_s: float = 10.0
     # When the store is unreachable as the ranks end: keep retrying delivery of metrics,

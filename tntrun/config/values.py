@@ -8,6 +8,7 @@ its own layout and batch checks, before any rank starts.
 from __future__ import annotations
 
 import math
+import re
 import signal
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -58,6 +59,11 @@ RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("train.preempt_grace_s", lambda v: v > 0, "give the ranks a positive time to checkpoint"),
     ("tracking.log_every_steps", _at_least(0), "use 0 (per epoch only) or more"),
     ("tracking.system_metrics_interval_s", lambda v: v > 0, "give a positive interval"),
+    (
+        "tracking.register_alias",
+        lambda v: not re.fullmatch(r"[vV]\d+|latest", str(v)),
+        "v<number> and latest are MLflow's own aliases: choose another, e.g. candidate",
+    ),
 )
 
 

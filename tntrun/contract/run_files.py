@@ -22,6 +22,7 @@ TRACKING_PENDING = "tracking_pending.json"
 # Written while the ranks run.
 DRIVER_ALIVE = "driver.alive"  # the driver's heartbeat: its ranks end when it stops
 METRICS = "metrics.jsonl"  # rank 0's metrics, relayed into the run by the driver
+SYSTEM_METRICS = "system"  # folder: <host>.jsonl, each host's system metrics (node_metrics.py)
 HEARTBEATS = "heartbeats"  # folder: rank.<N> progress files for the stall watchdog
 LOGS = "logs"  # folder: rank.<N>.log and launcher.log
 RANKS_LOG = "ranks.log"  # the launcher's combined output

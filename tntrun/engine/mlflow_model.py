@@ -7,9 +7,9 @@ files only: the model, ``MLmodel`` with its signature, an input example and the
 pinned requirements); the driver logs that folder as the run's logged model.
 
 ``mlflow.keras`` is imported here alone, once, at the end of a finished run with
-``tracking.log_model`` (about 1 s of rank 0's time, then about 1 s to save).
-The requirements are given, not inferred: MLflow's inference loads the model
-again in a subprocess (about 23 s here).
+``tracking.log_model``: about 0.75 s of rank 0's time, and 0.15 s to describe
+and save the model (BENCHMARKS.md). The requirements are given, not inferred:
+MLflow's inference loads the model again in a subprocess (about 23 s here).
 """
 
 from __future__ import annotations
@@ -24,9 +24,19 @@ from typing import Any
 import keras
 import numpy as np
 
+from tntrun.contract.checkpoints import best_checkpoint
+from tntrun.contract.run_files import FINAL_MODEL, MLFLOW_BEST_MODEL, MLFLOW_MODEL
+
 EXAMPLE_SAMPLES = 5  # validation samples in the input example (and the signature's source)
 # The TensorFlow distributions a rank may run on, the first one installed is pinned.
 TENSORFLOW_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tensorflow-macos", "tf-nightly")
+_imported = False  # whether write_mlflow_model imported MLflow (at the end of training)
+
+
+def imported_mlflow() -> bool:
+    """Whether this rank imported MLflow here, after training, to save its model (the
+    worker refuses any other import of MLflow on a rank)."""
+    return _imported
 
 
 def example_inputs(features: Any, model: Any) -> np.ndarray | dict[str, np.ndarray]:
@@ -42,7 +52,10 @@ def example_inputs(features: Any, model: Any) -> np.ndarray | dict[str, np.ndarr
                 f"its {len(features)} inputs have no names MLflow's signature could use "
                 "(build it as a functional model with named keras.Input layers)"
             )
-        return {name: np.asarray(part)[:EXAMPLE_SAMPLES] for name, part in zip(names, features)}
+        return {
+            name: np.asarray(part)[:EXAMPLE_SAMPLES]
+            for name, part in zip(names, features, strict=True)
+        }
     return np.asarray(features)[:EXAMPLE_SAMPLES]
 
 
@@ -58,6 +71,23 @@ def requirements() -> list[str]:
     return pins
 
 
+def skip_environment_scan(pins: list[str]) -> None:
+    """Spare rank 0 MLflow's scan of every installed distribution (about 1 s here, most of
+    the save): MLflow maps all installed modules to their packages to check the
+    requirements against this environment, and these pins are this environment's own
+    versions, so the check passes by construction. It gets the map of just the pinned
+    packages instead. A private detail of MLflow: where it differs, the scan runs."""
+    from mlflow.utils import requirements_utils
+
+    if getattr(requirements_utils, "_MODULES_TO_PACKAGES", False) is not None:
+        return  # computed already, or not this MLflow
+    packages = [pin.split("==")[0] for pin in pins]
+    modules = {
+        "tensorflow" if name in TENSORFLOW_DISTRIBUTIONS else name: [name] for name in packages
+    }
+    requirements_utils._MODULES_TO_PACKAGES = {**modules, "mlflow": ["mlflow"]}
+
+
 def write_mlflow_model(model: Any, features: Any, path: Path) -> bool:
     """Write ``model`` as an MLflow Model folder at ``path`` (replaced whole: a folder there
     is always complete); False, with a note, when MLflow cannot describe or save it (the
@@ -65,6 +95,8 @@ def write_mlflow_model(model: Any, features: Any, path: Path) -> bool:
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     partial = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     shutil.rmtree(partial, ignore_errors=True)
+    global _imported
+    _imported = True
     try:
         import mlflow.keras
         from mlflow.models import infer_signature
@@ -72,18 +104,44 @@ def write_mlflow_model(model: Any, features: Any, path: Path) -> bool:
         example = example_inputs(features, model)
         signature = infer_signature(example, model.predict(example, verbose=0))
         partial.mkdir(parents=True)
+        pins = requirements()
+        skip_environment_scan(pins)
         mlflow.keras.save_model(
-            model,
-            str(partial),
-            signature=signature,
-            input_example=example,
-            pip_requirements=requirements(),
+            model, str(partial), signature=signature, input_example=example, pip_requirements=pins
         )
     except Exception as err:  # an optional output never fails a finished run
         shutil.rmtree(partial, ignore_errors=True)
-        why = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
-        print(f"tntrun: note: no MLflow model in {path.name}: {why}", flush=True)
+        print(f"tntrun: note: no {path.name}: {note_of(err)}", flush=True)
         return False
     shutil.rmtree(path, ignore_errors=True)
     os.replace(partial, path)
     return True
+
+
+def save_mlflow_models(final: Any, run_dir: Path, val_batches: Any) -> None:
+    """The final model (in memory) and the best one (``checkpoints/best``, with
+    checkpoint.monitor) as MLflow Model folders, their input example from the first of
+    this rank's validation batches."""
+    first = next(iter(val_batches), None)
+    if first is None:
+        print(
+            f"tntrun: note: no {MLFLOW_MODEL}: no validation sample for its input example",
+            flush=True,
+        )
+        return
+    features = first[0]
+    write_mlflow_model(final, features, run_dir / MLFLOW_MODEL)
+    best = best_checkpoint(run_dir)
+    if best is None or not (best[0] / FINAL_MODEL).is_file():
+        return
+    try:
+        model = keras.saving.load_model(best[0] / FINAL_MODEL, compile=False)
+    except Exception as err:  # as write_mlflow_model: the final model stands
+        print(f"tntrun: note: no {MLFLOW_BEST_MODEL}: {note_of(err)}", flush=True)
+        return
+    write_mlflow_model(model, features, run_dir / MLFLOW_BEST_MODEL)
+
+
+def note_of(err: BaseException) -> str:
+    """The first line of an error, short enough for a note."""
+    return (str(err).strip().splitlines() or [type(err).__name__])[0][:300]

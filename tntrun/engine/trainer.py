@@ -17,7 +17,14 @@ from omegaconf import OmegaConf
 from tntrun.config.zoo import build_dataset, build_model, distributes_automatically
 from tntrun.contract.checkpoints import STATE_PREFIX, CheckpointMeta, config_hash
 from tntrun.contract.metrics import MetricsWriter
-from tntrun.contract.run_files import FINAL_MODEL, FINAL_WEIGHTS, HEARTBEATS, PRECISION, TENSORBOARD
+from tntrun.contract.run_files import (
+    FINAL_MODEL,
+    FINAL_WEIGHTS,
+    HEARTBEATS,
+    MLFLOW_MODEL,
+    PRECISION,
+    TENSORBOARD,
+)
 from tntrun.contract.stop_requests import StopRequests
 from tntrun.engine import callbacks as cb
 from tntrun.engine import data_parallel as dp
@@ -26,6 +33,7 @@ from tntrun.engine.bleu import BleuEvaluation
 from tntrun.engine.data import distribute_eval, distribute_train, shard_size
 from tntrun.engine.lr_schedule import PlannedSchedule, learning_rate_of
 from tntrun.engine.mfu import model_flop_utilisation
+from tntrun.engine.mlflow_model import save_mlflow_models
 from tntrun.engine.nonfinite import NonFiniteGuard, NonFiniteLoss, Snapshot
 from tntrun.engine.optimizers import build_optimizer
 from tntrun.engine.preemption import Preempted, PreemptionGuard, checkpoint_and_record
@@ -126,20 +134,30 @@ def restore_and_broadcast(model, optimizer, plan: Plan) -> None:
     dp.broadcast_state(model, optimizer, root_rank=0)
 
 
-def save_final(model, cfg, info, run_dir: Path) -> None:
-    """Master rank: final weights as NumPy arrays and a clean, uncompiled Keras model."""
+def save_final(model, cfg, info, run_dir: Path, val_batches) -> None:
+    """Master rank: final weights as NumPy arrays, a clean, uncompiled Keras model and, with
+    tracking.log_model, MLflow Model folders of it and of the best model (the driver logs
+    them; ``val_batches`` give the input example)."""
     np.savez(run_dir / FINAL_WEIGHTS, *model.get_weights())
-    save_clean_model(model, cfg, info, run_dir / FINAL_MODEL)
+    clean = save_clean_model(model, cfg, info, run_dir / FINAL_MODEL)
+    if not cfg.tracking.log_model:
+        return
+    if clean is None:  # MLflow's Keras flavour saves through Keras too
+        print(f"tntrun: note: no {MLFLOW_MODEL} either (tracking.log_model)", flush=True)
+        return
+    save_mlflow_models(clean, run_dir, val_batches)
 
 
-def save_clean_model(model, cfg, info, path: Path) -> None:
-    """``model``'s weights in a freshly built, uncompiled model (no data-parallel optimizer)."""
+def save_clean_model(model, cfg, info, path: Path) -> Any | None:
+    """``model``'s weights in a freshly built, uncompiled model (no data-parallel optimizer),
+    saved at ``path``; that model, or None when Keras cannot serialise it."""
     with precision.policy("float32"):  # the weights are float32 in every train.precision
         # Built as in training (a subclassed model is called on an input to make its weights).
         clean = precision.float32_outputs(build_model(cfg.model, info), info.input_shape)
     clean.set_weights(model.get_weights())
     try:
         clean.save(path)
+        return clean
     except NotImplementedError as unserialisable:  # a subclassed model without get_config
         path.unlink(missing_ok=True)
         why = str(unserialisable).strip().splitlines()[0]
@@ -148,6 +166,7 @@ def save_clean_model(model, cfg, info, path: Path) -> None:
             f"it a get_config()); its weights are in {FINAL_WEIGHTS} and the checkpoints"
         )
         print(f"tntrun: note: {note}", flush=True)
+        return None
 
 
 def train(
@@ -259,7 +278,7 @@ def train(
             **precision.loss_scale_metrics(optimizer),
         }
         metrics_log.log(summary, step=plan.epochs - 1)
-        save_final(model, cfg, info, run_dir)
+        save_final(model, cfg, info, run_dir, val_ds)
     if cfg.predict_scaling:  # last: it recompiles the model, whose weights are saved by now
         predict_scaling(
             model,

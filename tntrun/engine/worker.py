@@ -10,8 +10,15 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tntrun.contract import run_files
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+    from tntrun.contract.stop_requests import StopRequests
+    from tntrun.planning.plan import Plan
 
 os.environ.update(run_files.RANK_KERAS)  # before TensorFlow's import: Keras 3, on TensorFlow
 
@@ -79,7 +86,14 @@ def main(argv: list[str]) -> int:
         os.environ.update(environment_named(placed_by, os.environ).rank_environment(plan.hosts))
     if plan.pin_to_socket and not os.environ.get(run_files.ENV_PINNED):
         pin_to_socket(plan, argv)
+    from tntrun.engine.node_sampler import sampling_this_node
 
+    with sampling_this_node(cfg.tracking, run_dir):  # local rank 0: this host's system metrics
+        return train_here(cfg, plan, run_dir, requests)
+
+
+def train_here(cfg: DictConfig, plan: Plan, run_dir: Path, requests: StopRequests) -> int:
+    """Start TensorFlow and Horovod, train this rank; its exit code."""
     import_keras()
     from tntrun.engine import runtime
 
@@ -91,6 +105,7 @@ def main(argv: list[str]) -> int:
         print(f"tntrun: config error: {missing}", flush=True)
         return EXIT_CONFIG_ERROR
     runtime.check_rank_api()
+    from tntrun.engine import mlflow_model
     from tntrun.engine.nonfinite import NonFiniteLoss
     from tntrun.engine.preemption import Preempted
     from tntrun.engine.trainer import UserModelError, train
@@ -110,7 +125,9 @@ def main(argv: list[str]) -> int:
     except Preempted as stopped:  # every rank, once rank 0's checkpoint of the step is written
         print(f"rank {rank}: preempted: {stopped}", flush=True)
         return 0  # not a failure: no launcher may kill a peer for it
-    if "mlflow" in sys.modules:  # its import alone would delay the first step by seconds
+    # Its import alone would delay the first step by seconds; rank 0 imports it once trained,
+    # to write its model's MLflow folder (tntrun.engine.mlflow_model), and opens no store.
+    if "mlflow" in sys.modules and not mlflow_model.imported_mlflow():
         raise RuntimeError(f"rank {rank} imported mlflow: only the driver opens the store")
     if rank == 0:
         shown = ", ".join(f"{k}={v:.4f}" for k, v in final.items() if k.startswith("val_"))

@@ -6,15 +6,14 @@ directory and the driver relays them. A tracker must end every run it opened
 (FINISHED, FAILED or KILLED), so no store keeps a run RUNNING after tntrun exits.
 
 A tracker implements :class:`Tracker`, the core every run needs; what only some
-stores can do (a browser UI, system metrics, dataset inputs, lost-run clean-up,
-a sweep's child runs) is a capability of its own, checked with ``isinstance``.
+stores can do (a browser UI, dataset inputs, lost-run clean-up, a sweep's child
+runs) is a capability of its own, checked with ``isinstance``.
 Outside ``tracking/mlflow*`` runs are :class:`RunSummary` values, never a store's objects.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from tntrun.contract.metrics import MetricPoint
 
 if TYPE_CHECKING:
+    from tntrun.tracking.logged_model import LocalModel
     from tntrun.tracking.runs_table import DatasetRecord
 
 
@@ -85,21 +85,12 @@ class Browsable(Protocol):
     """A store with a UI: the driver prints how to open it at the end of a run."""
 
     def ui_command(self) -> list[str]:
-        """The command that shows the store in a browser."""
+        """The command that shows the store in a browser ([] when the store is its own UI)."""
         ...
 
     def ui_url(self) -> str:
         """The run's page in the browser once ``ui_command()`` runs."""
         ...
-
-
-@runtime_checkable
-class SystemMetrics(Protocol):
-    """A tracker that samples this node's CPU, memory and GPUs into the run."""
-
-    def system_metrics(
-        self, enabled: bool, interval_s: float, node_id: str | None
-    ) -> AbstractContextManager[None]: ...
 
 
 @runtime_checkable
@@ -118,6 +109,28 @@ class LostRunCleanup(Protocol):
     def end_lost_runs(self) -> list[str]:
         """End the store's RUNNING runs whose driver is gone (KILLED, ``driver_lost``); their
         ids. Every tntrun command on a store does it."""
+        ...
+
+
+@runtime_checkable
+class ModelRegistry(Protocol):
+    """A store that keeps a run's trained models and registers them under a name
+    (:mod:`tntrun.tracking.logged_model`)."""
+
+    def log_model(self, model: LocalModel) -> str:
+        """Log a model folder as a model of the run, with its tags and metrics; its id.
+        The run's model of the same role, logged before, is reused, not doubled."""
+        ...
+
+    def run_model(self, run_id: str, role: str) -> str | None:
+        """The id of a run's logged model of ``role`` (None: it has none)."""
+        ...
+
+    def register_model(
+        self, model_id: str, name: str, alias: str | None, tags: Mapping[str, str]
+    ) -> str:
+        """Register a logged model as a new version of ``name`` (with ``alias`` and
+        ``tags``); the version."""
         ...
 
 

@@ -4,7 +4,8 @@ The driver, which has MLflow loaded anyway, relays rank 0's new lines into the
 run about once a second and once more when the ranks have ended, so nothing
 written is lost even when a rank dies. While the tracking store is down the
 lines wait in the file; the relay sends them, in order and once, when it
-answers again.
+answers again. Each host's system metrics travel with them
+(:class:`~tntrun.tracking.node_metrics.NodeMetricsRelay`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from tntrun.contract.metrics import MetricPoint, parse_lines
+from tntrun.tracking.node_metrics import NodeMetricsRelay
 
 
 class MetricsRelay:
@@ -26,7 +28,8 @@ class MetricsRelay:
     carry whole lines of at most ``max_points`` points (one MLflow request), so a failure
     never leaves half a batch delivered. Failures never end the relay: ``on_failure(error)``
     is called when sending starts failing and ``on_recovery(lines)`` when it works again,
-    with the number of lines caught up.
+    with the number of lines caught up. ``nodes``: the hosts' system metrics, drained after
+    rank 0's lines by every drain.
     """
 
     def __init__(
@@ -39,6 +42,7 @@ class MetricsRelay:
         max_points: int = 1000,
         on_failure: Callable[[BaseException], None] | None = None,
         on_recovery: Callable[[int], None] | None = None,
+        nodes: NodeMetricsRelay | None = None,
     ) -> None:
         self.path, self.send, self.interval_s = path, send, interval_s
         self.offset = offset  # bytes of the file delivered
@@ -46,6 +50,7 @@ class MetricsRelay:
         self.max_points = max_points
         self.failure: BaseException | None = None  # the last failed send, until one succeeds
         self._on_failure, self._on_recovery = on_failure, on_recovery
+        self.nodes = nodes
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tntrun-metrics", daemon=True)
 
@@ -54,6 +59,12 @@ class MetricsRelay:
 
         Raises what ``send`` raised; the lines not accepted stay for the next call.
         """
+        sent = self._drain_metrics()
+        if self.nodes is not None:
+            self.nodes.drain()
+        return sent
+
+    def _drain_metrics(self) -> int:
         if not self.path.exists():
             return 0
         with self.path.open("rb") as stream:

@@ -9,28 +9,29 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-import threading
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tntrun.config.schema import TrackingConfig
 from tntrun.tracking import MetricPoint, RunSummary
 from tntrun.tracking.lost_runs import DRIVER_LOST_TAG, announce_lost, lost_runs
+from tntrun.tracking.mlflow_models import find_run_model, log_logged_model, register_version
 from tntrun.tracking.mlflow_store import (
     bound_http_retries,
     store_lock,
     store_problems,
     tracking_uri,
 )
-from tntrun.tracking.mlflow_ui import run_url, server_command
+from tntrun.tracking.mlflow_ui import is_server, run_url, server_command
 from tntrun.tracking.outage import is_remote
 from tntrun.tracking.run_record import PREEMPTED_TAG
 from tntrun.tracking.runs_table import DatasetRecord
 from tntrun.tracking.store_check import open_problems
+
+if TYPE_CHECKING:
+    from tntrun.tracking.logged_model import LocalModel
 
 MAX_PARAM_VALUE = 6000  # MLflow truncates longer values.
 PARAMS_PER_BATCH = 100  # MLflow's log_batch limits.
@@ -40,7 +41,6 @@ ARTIFACTS = "mlartifacts"  # under output_root, one folder per experiment
 # is its "Machine learning" kind (runs table), "genai_development" its traces view.
 EXPERIMENT_KIND = "mlflow.experimentKind"
 MODEL_TRAINING = "custom_model_development"
-END_SAMPLE_WAIT_S = 30.0
 
 
 class MlflowTracker:
@@ -72,7 +72,6 @@ class MlflowTracker:
     def client(self) -> Any:
         """The MLflow client; its first use of a fresh store (the schema) under the store lock."""
         os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-        _start_cpu_clock()  # the run's first system sample: CPU while the store opens
         from mlflow.tracking import MlflowClient  # seconds: only once the ranks are starting
 
         with store_lock(self.store):
@@ -209,37 +208,6 @@ class MlflowTracker:
         for start in range(0, len(metrics), METRICS_PER_BATCH):
             self.client.log_batch(self.run_id, metrics=metrics[start : start + METRICS_PER_BATCH])
 
-    @contextmanager
-    def system_metrics(
-        self, enabled: bool, interval_s: float, node_id: str | None
-    ) -> Iterator[None]:
-        """MLflow's system metrics (psutil) of this node while the job runs.
-
-        One sample when the run starts, one every ``interval_s`` and one at the end,
-        however short the run (MLflow's own monitor thread logs its first sample after
-        an interval, with a CPU reading of no span, and none at the end). MLflow's
-        monitors collect them and name them ``system/...``.
-        """
-        if not enabled:
-            yield
-            return
-        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
-
-        monitor = SystemMetricsMonitor(
-            self.run_id, sampling_interval=interval_s, node_id=node_id, tracking_uri=self.store
-        )
-        _system_sample(monitor)  # its CPU: since the store opened (_start_cpu_clock)
-        stop = threading.Event()
-        sampler = threading.Thread(
-            target=_sample_until, args=(monitor, stop), daemon=True, name="tntrun-system-metrics"
-        )
-        sampler.start()
-        try:
-            yield
-        finally:
-            stop.set()
-            sampler.join(timeout=END_SAMPLE_WAIT_S)  # a store that hangs does not hold the run
-
     def log_dataset(self, dataset: DatasetRecord) -> None:
         """The run's dataset as an MLflow dataset input (the runs table's Dataset column).
 
@@ -247,6 +215,21 @@ class MlflowTracker:
         client = self.client
         with store_lock(self.store):
             client.log_inputs(self.run_id, datasets=[dataset_input(dataset)])
+
+    def log_model(self, model: LocalModel) -> str:
+        """The model folder as a logged model of the run (:mod:`.mlflow_models`)."""
+        return log_logged_model(self.client, self.experiment_id, str(self.run_id), model)
+
+    def run_model(self, run_id: str, role: str) -> str | None:
+        found = find_run_model(self.client, self.experiment_id, run_id, role)
+        return found.model_id if found is not None else None
+
+    def register_model(
+        self, model_id: str, name: str, alias: str | None, tags: Mapping[str, str]
+    ) -> str:
+        """Under the store lock: parallel drivers racing to create the registered model."""
+        with store_lock(self.store):
+            return register_version(self.client, model_id, name, alias, tags)
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         if path.is_dir():
@@ -264,9 +247,11 @@ class MlflowTracker:
         self.client.set_terminated(self.run_id, status=status)
 
     def ui_command(self) -> list[str]:
-        return server_command(self.store)
+        return [] if is_server(self.store) else server_command(self.store)
 
     def ui_url(self) -> str:
+        if is_server(self.store):
+            return run_url(self.experiment_id, str(self.run_id), base=self.store)
         return run_url(self.experiment_id, str(self.run_id))
 
 
@@ -296,32 +281,3 @@ def dataset_input(dataset: DatasetRecord) -> Any:
         profile=json.dumps(dict(dataset.profile)),
     )
     return DatasetInput(entity, tags=[InputTag(MLFLOW_DATASET_CONTEXT, dataset.context)])
-
-
-def _start_cpu_clock() -> None:
-    """psutil's system CPU % counts from its previous call in the same thread: start it."""
-    with suppress(ImportError):
-        import psutil
-
-        psutil.cpu_percent()
-
-
-def _system_sample(monitor: Any) -> bool:
-    """Collect and log one system-metrics sample now, with MLflow's names and next step."""
-    try:
-        monitor.collect_metrics()
-        monitor.publish_metrics(monitor.aggregate_metrics())
-        monitor.mlflow_logger.flush()
-    except Exception as err:  # a missing sample never fails the run
-        print(f"tntrun: warning: system metrics not logged: {err}", file=sys.stderr)
-        return False
-    return True
-
-
-def _sample_until(monitor: Any, stop: threading.Event) -> None:
-    """A sample every sampling interval and a last one when ``stop`` is set."""
-    _start_cpu_clock()  # psutil counts CPU per thread
-    while not stop.wait(float(monitor.sampling_interval)):
-        if not _system_sample(monitor):
-            return
-    _system_sample(monitor)

@@ -25,6 +25,13 @@ def server_command(uri: str, host: str = "127.0.0.1", port: int = 5000) -> list[
     ]
 
 
-def run_url(experiment_id: str, run_id: str, host: str = "127.0.0.1", port: int = 5000) -> str:
-    """The run's page in the UI of :func:`server_command`, in the model-training view."""
-    return f"http://{host}:{port}/#/experiments/{experiment_id}/runs/{run_id}?{TRAINING_VIEW}"
+def is_server(uri: str) -> bool:
+    """Whether ``uri`` is a tracking server, which is its own UI."""
+    return uri.startswith(("http://", "https://"))
+
+
+def run_url(experiment_id: str, run_id: str, base: str = "http://127.0.0.1:5000") -> str:
+    """The run's page in the UI at ``base`` (by default :func:`server_command`'s), in the
+    model-training view."""
+    page = f"#/experiments/{experiment_id}/runs/{run_id}?{TRAINING_VIEW}"
+    return f"{base.rstrip('/')}/{page}"

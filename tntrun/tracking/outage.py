@@ -23,11 +23,15 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from tntrun.contract.run_files import TRACKING_PENDING
 from tntrun.tracking import Tracker
 from tntrun.tracking.metrics_stream import MetricsRelay
+
+if TYPE_CHECKING:
+    from tntrun.tracking.logged_model import ModelPublishing
 
 # The training succeeded but its record did not reach the store: `tntrun sync` completes it.
 EXIT_TRACKING_PENDING = 3
@@ -136,10 +140,12 @@ class Delivery:
         prefix: str | None = None,
         open_run: Callable[[], None] = lambda: None,
         outputs_logged: bool = False,
+        models: ModelPublishing | None = None,  # a FINISHED run's models (None: not logged)
     ) -> None:
         self.tracker, self.run_dir, self.relay = tracker, run_dir, relay
         self.status, self.stalled, self.prefix = status, stalled, prefix
         self.open_run, self.outputs_logged = open_run, outputs_logged
+        self.models = models
 
     def attempt(self) -> None:
         """Deliver what is left and set the status; raises the first failure."""
@@ -150,6 +156,8 @@ class Delivery:
             self.relay.drain()
             if not self.outputs_logged:
                 record_outputs(self.tracker, self.run_dir, self.status, self.prefix, self.stalled)
+                if self.models is not None:
+                    self.models.record(self.tracker, self.run_dir, self.status)
                 self.outputs_logged = True
         except Exception as err:
             if not is_outage(err, self.tracker.store):  # a bad output: the status all the same

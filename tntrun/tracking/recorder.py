@@ -15,11 +15,10 @@ lives under one lock.
 from __future__ import annotations
 
 import shlex
-import socket
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,12 +30,15 @@ from tntrun.datasets.base import DatasetInfo
 from tntrun.planning.plan import Plan
 from tntrun.planning.resume import ResumedRun
 from tntrun.planning.schedule_chart import write_schedule_chart
-from tntrun.tracking import Browsable, SystemMetrics, Tracker
+from tntrun.tracking import Browsable, Tracker
+from tntrun.tracking.logged_model import ModelPublishing
 from tntrun.tracking.metrics_stream import MetricsRelay
+from tntrun.tracking.node_metrics import NodeMetricsRelay
 from tntrun.tracking.opening import (
     RunOrigin,
     log_run_params,
     new_run_tags,
+    problem_hash,
     resume_tags,
     run_name,
 )
@@ -183,7 +185,8 @@ class Recorder:
                     return
             print(
                 f"tntrun: the tracking store {store} does not answer ({describe(err)}); "
-                f"training goes on and rank 0's metrics wait in {path}",
+                f"training goes on and rank 0's metrics wait in {path} (the hosts' system "
+                f"metrics in {path.parent / run_files.SYSTEM_METRICS})",
                 file=sys.stderr,
                 flush=True,
             )
@@ -195,27 +198,27 @@ class Recorder:
                 flush=True,
             )
 
-        relay = MetricsRelay(path, self._send_metrics, on_failure=down, on_recovery=back)
+        relay = MetricsRelay(
+            path, self._send_metrics, on_failure=down, on_recovery=back, nodes=self._nodes_relay()
+        )
         with self._lock:
             self._relay = relay
         return relay
 
+    def _nodes_relay(self) -> NodeMetricsRelay:
+        """Each host's system metrics (sampled beside the ranks), named per node on a
+        multi-node run."""
+        with self._lock:
+            per_node = self._plan.nodes > 1
+        return NodeMetricsRelay(self.run_dir, self._send_metrics, self._run_id, per_node)
+
+    def _run_id(self) -> str | None:
+        return self.tracker.run_id
+
     @contextmanager
     def _relaying(self, tracker: Tracker) -> Iterator[None]:
-        """While the ranks run: rank 0's metrics and this node's system metrics into the run."""
-        tracking = self.cfg.tracking
-        with self._lock:
-            node = socket.gethostname() if self._plan.nodes > 1 else None
-        system = (
-            tracker.system_metrics(
-                bool(tracking.system_metrics) and bool(tracker.run_id),
-                float(tracking.system_metrics_interval_s),
-                node,
-            )
-            if isinstance(tracker, SystemMetrics)
-            else nullcontext()
-        )
-        with system, self._metrics_relay():
+        """While the ranks run: rank 0's metrics and each host's system metrics into the run."""
+        with self._metrics_relay():
             yield
 
     # The end.
@@ -240,10 +243,24 @@ class Recorder:
         in the run directory for ``tntrun sync``."""
         tracker, run_dir = self.tracker, self.run_dir
         with self._lock:
-            relay = self._relay or MetricsRelay(run_dir / run_files.METRICS, self._send_metrics)
+            relay = self._relay or MetricsRelay(
+                run_dir / run_files.METRICS, self._send_metrics, nodes=self._nodes_relay()
+            )
             waiting = relay.failure is not None or self._deferred
+        models = ModelPublishing.of(
+            self.cfg.tracking,
+            problem_hash(self.cfg),
+            in_sweep=self.origin.parent_run_id is not None,
+        )
         delivery = Delivery(
-            tracker, run_dir, relay, status, stalled, self.prefix, self._open_deferred
+            tracker,
+            run_dir,
+            relay,
+            status,
+            stalled,
+            self.prefix,
+            self._open_deferred,
+            models=models,
         )
         grace = float(self.cfg.tracking.outage_grace_s)
         if waiting:
@@ -307,6 +324,7 @@ def final_report(tracker: Tracker, run_dir: Path, status: str, pending: bool) ->
     if pending:  # the training's outcome stands; its record waits for `tntrun sync`
         print(sync_line(tracker.store, run_dir), flush=True)
     elif isinstance(tracker, Browsable):
-        print(f"tntrun: open the {tracker.label} UI with: {shlex.join(tracker.ui_command())}")
+        if command := tracker.ui_command():
+            print(f"tntrun: open the {tracker.label} UI with: {shlex.join(command)}")
         print(f"tntrun: the run in it: {tracker.ui_url()}")
     return Recorded(tracker.run_id, metrics, pending=pending)

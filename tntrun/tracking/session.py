@@ -6,7 +6,7 @@ thread with a raised ``nice`` value, it takes mostly the CPU the ranks leave
 idle, so they reach their first step about as soon as they would without
 tntrun; the run appears in MLflow a little later (here: still before the
 first epoch ends). Once the run exists, the same thread
-relays rank 0's metrics and samples system metrics until :meth:`close`.
+relays rank 0's metrics and the hosts' system metrics until :meth:`close`.
 """
 
 from __future__ import annotations

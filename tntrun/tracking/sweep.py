@@ -17,6 +17,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from tntrun.tracking import Tracker, children_of, tracker_for
+from tntrun.tracking.logged_model import register_best_job
 from tntrun.tracking.provenance import source_tags
 from tntrun.tracking.report import write_report
 from tntrun.tracking.sweep_parent import PARENT_FILE, parent_run_id
@@ -73,6 +74,7 @@ class SweepTracking(Callback):
         tracker.set_tag("children.finished", str(statuses.count("FINISHED")))
         if children:
             write_report(tracker, children, sweep_dir / "report")
+            register_best_job(tracker, children, config.tracking)  # tracking.register_model
         ok = statuses and all(status == "FINISHED" for status in statuses)
         tracker.finish("FINISHED" if ok else "FAILED")
         unfinished_jobs.extend(child.run_id for child in children if child.status != "FINISHED")

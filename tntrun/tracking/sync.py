@@ -3,7 +3,8 @@
 The driver leaves ``tracking_pending.json`` in the run directory when the
 store was still unreachable at the end of a run (tracking.outage_grace_s). Sync
 completes the run from the directory: the metrics of ``metrics.jsonl`` past the
-delivered offset, the outputs and the final status. If the run was never
+delivered offset, the hosts' system metrics the run has not received
+(``system/relayed.json``), the outputs and the final status. If the run was never
 created (or is not in the store given with ``--tracking-uri``), it creates it
 with its tags and params (config.yaml, plan.json) and replays every metric.
 Progress is saved as it goes, so it can be run again after a failure; once
@@ -60,8 +61,12 @@ def sync(run_dir: Path, pending: Pending, uri: str, wait_s: float = 0.0) -> int:
     """Deliver ``pending`` into the store at ``uri``; the exit code."""
     from omegaconf import OmegaConf
 
+    from tntrun.contract.checkpoints import config_hash
+    from tntrun.planning.plan import Plan
     from tntrun.tracking import LostRunCleanup, tracker_for
+    from tntrun.tracking.logged_model import ModelPublishing
     from tntrun.tracking.metrics_stream import MetricsRelay
+    from tntrun.tracking.node_metrics import NodeMetricsRelay
     from tntrun.tracking.outage import Delivery, is_outage, sync_line
 
     cfg = OmegaConf.load(run_dir / run_files.CONFIG)
@@ -74,8 +79,10 @@ def sync(run_dir: Path, pending: Pending, uri: str, wait_s: float = 0.0) -> int:
             print(f"tntrun sync: {problem}")
         print(sync_line(uri, run_dir))
         return EXIT_TRACKING_PENDING
+    per_node = Plan.load(run_dir / run_files.PLAN).nodes > 1
+    nodes = NodeMetricsRelay(run_dir, tracker.log_metrics, lambda: tracker.run_id, per_node)
     relay = MetricsRelay(
-        run_dir / run_files.METRICS, tracker.log_metrics, offset=pending.metrics_offset
+        run_dir / run_files.METRICS, tracker.log_metrics, offset=pending.metrics_offset, nodes=nodes
     )
     delivery = Delivery(
         tracker,
@@ -85,6 +92,11 @@ def sync(run_dir: Path, pending: Pending, uri: str, wait_s: float = 0.0) -> int:
         pending.stalled,
         pending.prefix,
         outputs_logged=pending.outputs_logged,
+        models=ModelPublishing.of(
+            settings,
+            config_hash(OmegaConf.to_container(cfg, resolve=True)),
+            in_sweep=pending.parent_run_id is not None,
+        ),
     )
 
     def open_run() -> None:

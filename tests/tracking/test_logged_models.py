@@ -1,0 +1,172 @@
+"""A finished run's model in MLflow: logged (final, and best with checkpoint.monitor), with
+signature, metrics and dataset; registered with an alias; in a sweep, the best job once.
+
+The comparisons are exact (``assert_array_equal``): the MLflow model and ``model.keras``
+hold the same weights and MLflow's pyfunc calls Keras' ``predict``, so any difference
+would mean a different model, not rounding.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mlflow.entities import LoggedModelStatus
+from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
+
+from tests.helpers.runs import run_dir_of, store_uri
+
+pytestmark = pytest.mark.slow
+
+TINY = ("train.epochs=2", "tracking.system_metrics=false")
+
+
+def validation_batch(run_dir: Path) -> np.ndarray:
+    """32 samples of the run's validation split, as the ranks read it."""
+    from tntrun.config.zoo import build_dataset
+
+    config = OmegaConf.load(run_dir / "config.yaml")
+    _, val = build_dataset(config.dataset).load()
+    features, _ = next(iter(val.batch(32)))
+    return features.numpy()
+
+
+def keras_predict(path: Path, batch: np.ndarray) -> np.ndarray:
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    import keras
+
+    return keras.saving.load_model(path, compile=False).predict(batch, verbose=0)
+
+
+def pyfunc_predict(uri: str, batch: np.ndarray) -> np.ndarray:
+    """``mlflow.pyfunc.load_model(uri).predict(batch)`` (a ``models:/`` URI resolves through
+    $MLFLOW_TRACKING_URI: the test sets it to its store)."""
+    import mlflow.pyfunc
+
+    return np.asarray(mlflow.pyfunc.load_model(uri).predict(batch))
+
+
+def run_models(client: MlflowClient, run_id: str) -> dict[str, object]:
+    """The run's logged models by their role (tntrun.model tag)."""
+    run = client.get_run(run_id)
+    models = client.search_logged_models(
+        [run.info.experiment_id], filter_string=f"source_run_id = '{run_id}'"
+    )
+    return {model.tags["tntrun.model"]: model for model in models}
+
+
+def test_a_finished_run_logs_its_model_which_predicts_as_the_rank_did(
+    run_tntrun, tmp_path, monkeypatch
+):
+    result = run_tntrun(*TINY)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run_dir, store = run_dir_of(result), store_uri(tmp_path)
+    client = MlflowClient(store)
+    run_id = (run_dir / "run_id").read_text()
+    run = client.get_run(run_id)
+    (model,) = run_models(client, run_id).values()
+    assert model.status == LoggedModelStatus.READY
+    assert model.source_run_id == run_id and model.tags["tntrun.model"] == "final"
+    assert [output.model_id for output in run.outputs.model_outputs] == [model.model_id]
+    assert f"tntrun: logged the final model: models:/{model.model_id}" in result.stdout
+
+    # The run's final metrics, the evaluation ones on the run's dataset.
+    (dataset,) = [entry.dataset for entry in run.inputs.dataset_inputs]
+    linked = {metric.key: metric for metric in model.metrics}
+    assert linked["val_accuracy"].value == run.data.metrics["val_accuracy"]
+    assert linked["val_accuracy"].dataset_name == dataset.name == "digits"
+    assert linked["val_accuracy"].dataset_digest == dataset.digest
+    assert linked["loss"].value == run.data.metrics["loss"] and linked["loss"].dataset_name is None
+
+    batch = validation_batch(run_dir)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    loaded = pyfunc_predict(f"models:/{model.model_id}", batch)
+    np.testing.assert_array_equal(loaded, keras_predict(run_dir / "model.keras", batch))
+    import mlflow.models
+
+    info = mlflow.models.get_model_info(str(run_dir / "mlflow_model"))
+    (inputs,), (outputs,) = info.signature.inputs.inputs, info.signature.outputs.inputs
+    assert (inputs.type, inputs.shape) == (np.dtype("float32"), (-1, 64))  # digits' 8x8
+    assert (outputs.type, outputs.shape) == (np.dtype("float32"), (-1, 10))
+    assert info.model_id == model.model_id and info.run_id == run_id
+    example = json.loads((run_dir / "mlflow_model" / "input_example.json").read_text())
+    assert np.asarray(example).shape == (5, 64)  # five validation samples
+    requirements = (run_dir / "mlflow_model" / "requirements.txt").read_text().split()
+    assert "keras==3.15.1" in requirements and "tensorflow-cpu==2.18.1" in requirements
+
+
+def test_the_best_model_is_logged_and_registered_with_its_alias(run_tntrun, tmp_path, monkeypatch):
+    result = run_tntrun(
+        "train.epochs=3",
+        "tracking.system_metrics=false",
+        "checkpoint.monitor=val_accuracy",
+        "tracking.register_model=digits-mlp",
+        "tracking.register_alias=candidate",
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run_dir, store = run_dir_of(result), store_uri(tmp_path)
+    client = MlflowClient(store)
+    run_id = (run_dir / "run_id").read_text()
+    models = run_models(client, run_id)
+    assert sorted(models) == ["best", "final"]
+    best, found = models["best"], json.loads((run_dir / "checkpoints/best/best.json").read_text())
+    assert best.tags["tntrun.best"] == "true"
+    assert best.tags["tntrun.best.epoch"] == str(found["epoch"])
+    assert best.tags["tntrun.best.monitor"] == "val_accuracy"
+    assert float(best.tags["tntrun.best.value"]) == pytest.approx(found["value"], rel=1e-5)
+    (accuracy,) = [m for m in best.metrics if m.key == "val_accuracy"]
+    assert accuracy.value == found["value"] and accuracy.step == found["epoch"] - 1
+
+    # The run's model is its best one: registered, aliased, tied to the run and its config.
+    version = client.get_model_version_by_alias("digits-mlp", "candidate")
+    assert str(version.version) == "1" and version.run_id == run_id
+    tags = client.get_run(run_id).data.tags
+    assert version.tags["tntrun.run_id"] == run_id
+    assert version.tags["tntrun.config_hash"] == tags["config_hash"]
+    assert version.tags["tntrun.logged_model_id"] == best.model_id
+    assert version.tags["tntrun.model"] == "best" and tags["registered_model"] == "digits-mlp/1"
+    batch = validation_batch(run_dir)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    np.testing.assert_array_equal(
+        pyfunc_predict("models:/digits-mlp@candidate", batch),
+        keras_predict(run_dir / "checkpoints/best/model.keras", batch),
+    )
+
+
+def test_log_model_false_logs_no_model(run_tntrun, tmp_path):
+    result = run_tntrun(*TINY, "tracking.log_model=false", "tracking.register_model=unused")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run_dir = run_dir_of(result)
+    client = MlflowClient(store_uri(tmp_path))
+    run_id = (run_dir / "run_id").read_text()
+    assert run_models(client, run_id) == {}
+    assert not client.get_run(run_id).outputs.model_outputs
+    assert not (run_dir / "mlflow_model").exists() and (run_dir / "model.keras").is_file()
+    assert client.search_registered_models() == []
+
+
+def test_a_sweep_registers_its_best_job_once(run_tntrun, tmp_path):
+    result = run_tntrun(
+        "-m",
+        "optimizer.base_lr=0.0001,0.002",  # the second job learns, the first barely does
+        *TINY,
+        "tracking.register_model=digits-mlp",
+        "tracking.register_alias=candidate",
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    client = MlflowClient(store_uri(tmp_path))
+    runs = client.search_runs([client.get_experiment_by_name("tntrun").experiment_id])
+    (parent,) = [r for r in runs if r.data.tags.get("tntrun.tracking.sweep") == "parent"]
+    jobs = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert len(jobs) == 2 and all(job.outputs.model_outputs for job in jobs)  # both logged
+    best = max(jobs, key=lambda job: job.data.metrics["val_accuracy"])
+    (version,) = client.search_model_versions("name = 'digits-mlp'")
+    assert version.run_id == best.info.run_id
+    assert version.tags["tntrun.config_hash"] == best.data.tags["config_hash"]
+    assert str(client.get_model_version_by_alias("digits-mlp", "candidate").version) == "1"
+    assert client.get_run(parent.info.run_id).data.tags["registered_model"] == "digits-mlp/1"
+    assert result.stdout.count("tntrun: registered digits-mlp version") == 1
