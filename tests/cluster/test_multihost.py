@@ -41,13 +41,7 @@ pytestmark = pytest.mark.slow
 
 
 def remote(hosts: NetnsHosts, *extra: str) -> tuple[str, ...]:
-    return (
-        "nodes=2",
-        f"hosts=[{','.join(hosts.addresses)}]",
-        "ranks_per_node=1",
-        *hosts.ssh_overrides(),
-        *extra,
-    )
+    return (*hosts.one_rank_per_host(), *extra)
 
 
 # Found beside the ranks while they run: rank 1 is started by horovodrun's ssh client.

@@ -28,6 +28,15 @@ class NetnsHosts:
             "horovod.network_interface=tnt0",
         )
 
+    def one_rank_per_host(self) -> tuple[str, ...]:
+        """The overrides of a run with one rank on each host, reached over ssh."""
+        return (
+            "nodes=2",
+            f"hosts=[{','.join(self.addresses)}]",
+            "ranks_per_node=1",
+            *self.ssh_overrides(),
+        )
+
 
 def require_netns_hosts() -> None:
     """Root and the commands the hosts need (missing: fail or skip, naming them)."""

@@ -8,11 +8,14 @@ drivers lose no metric point.
 from __future__ import annotations
 
 import collections
+import os
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 from mlflow.artifacts import download_artifacts
+from mlflow.entities import LoggedModelStatus
 from mlflow.tracking import MlflowClient
 
 from tests.helpers.commands import clean_env, tntrun_cli, tntrun_command
@@ -45,8 +48,16 @@ def served_artifacts(server: TeamServer, run) -> Path:
     return folder
 
 
-def test_a_runs_artifacts_land_on_the_server_not_on_the_drivers_disk(tmp_path, team_server):
-    result = tntrun_cli(tmp_path, *through(team_server, "team-run"), *TINY)
+def test_a_runs_artifacts_and_model_land_on_the_server_not_on_the_drivers_disk(
+    tmp_path, team_server, monkeypatch
+):
+    result = tntrun_cli(
+        tmp_path,
+        *through(team_server, "team-run"),
+        *TINY,
+        "tracking.register_model=team-digits",
+        "tracking.register_alias=candidate",
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run_dir = run_dir_of(result)
     client = MlflowClient(team_server.url)
@@ -78,27 +89,63 @@ def test_a_runs_artifacts_land_on_the_server_not_on_the_drivers_disk(tmp_path, t
     )
     assert Path(fetched).read_text() == (run_dir / "config.yaml").read_text()
 
+    # Its model: logged READY with its files in the server's destination, registered with
+    # the alias, and models:/NAME@ALIAS through http:// predicts as the run's model.keras.
+    (model,) = client.search_logged_models([run.info.experiment_id])
+    assert model.status == LoggedModelStatus.READY and model.source_run_id == run.info.run_id
+    assert model.artifact_location.startswith("mlflow-artifacts:"), model.artifact_location
+    stored = team_server.artifacts / run.info.experiment_id / "models" / model.model_id
+    assert (stored / "artifacts" / "MLmodel").is_file()
+    assert (stored / "artifacts" / "data" / "model.keras").is_file()
+    version = client.get_model_version_by_alias("team-digits", "candidate")
+    assert version.run_id == run.info.run_id
+    assert version.tags["tntrun.logged_model_id"] == model.model_id
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    import keras
+    import mlflow.pyfunc
 
-def test_a_sweep_through_the_team_server_nests_its_jobs(tmp_path, team_server):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", team_server.url)
+    batch = np.random.default_rng(0).random((16, 64), dtype=np.float32)
+    loaded = mlflow.pyfunc.load_model("models:/team-digits@candidate").predict(batch)
+    trained = keras.saving.load_model(run_dir / "model.keras", compile=False)
+    np.testing.assert_array_equal(loaded, trained.predict(batch, verbose=0))
+
+
+def test_a_sweep_through_the_team_server_nests_its_jobs_and_registers_its_best_once(
+    tmp_path, team_server
+):
     result = tntrun_cli(
         tmp_path,
         "-m",
-        "ranks_per_node=1,2",
+        "optimizer.base_lr=0.0001,0.002",  # the second job learns, the first barely does
         *through(team_server, "team-sweep"),
-        *TINY,
+        "train.epochs=2",
+        "tracking.system_metrics=false",
         "checkpoint.every_epochs=0",
+        "tracking.register_model=sweep-digits",
+        "tracking.register_alias=candidate",
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    runs = runs_of(MlflowClient(team_server.url), "team-sweep")
+    client = MlflowClient(team_server.url)
+    runs = runs_of(client, "team-sweep")
     (parent,) = [r for r in runs if r.data.tags.get("tntrun.tracking.sweep") == "parent"]
-    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
-    assert len(runs) == 3 and len(children) == 2
+    jobs = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert len(runs) == 3 and len(jobs) == 2
     assert all(r.info.status == "FINISHED" for r in runs)
-    assert sorted(c.data.params["plan.world_size"] for c in children) == ["1", "2"]
-    for child in children:
-        assert (served_artifacts(team_server, child) / "model.keras").is_file()
+    for job in jobs:
+        assert job.outputs.model_outputs  # each job logged its model
+        assert (served_artifacts(team_server, job) / "model.keras").is_file()
     assert (served_artifacts(team_server, parent) / "report" / "report.csv").is_file()
     assert not (tmp_path / "outputs" / "mlartifacts").exists()
+
+    # Only the parent registers: the best job by tracking.objective (val_accuracy), once.
+    best = max(jobs, key=lambda job: job.data.metrics["val_accuracy"])
+    (version,) = client.search_model_versions("name = 'sweep-digits'")
+    assert version.run_id == best.info.run_id
+    assert version.tags["tntrun.config_hash"] == best.data.tags["config_hash"]
+    assert str(client.get_model_version_by_alias("sweep-digits", "candidate").version) == "1"
+    assert client.get_run(parent.info.run_id).data.tags["registered_model"] == "sweep-digits/1"
+    assert result.stdout.count("tntrun: registered sweep-digits version") == 1
 
 
 def stream_points(run_dir: Path) -> dict[str, list[tuple[int, int, float]]]:

@@ -1,5 +1,6 @@
 """A finished run's model in MLflow: logged (final, and best with checkpoint.monitor), with
-signature, metrics and dataset; registered with an alias; in a sweep, the best job once.
+signature, metrics and dataset; registered with an alias (a sweep registers its best job
+once: tests/team_server/test_team_server.py, through a team's server).
 
 The comparisons are exact (``assert_array_equal``): the MLflow model and ``model.keras``
 hold the same weights and MLflow's pyfunc calls Keras' ``predict``, so any difference
@@ -147,26 +148,3 @@ def test_log_model_false_logs_no_model(run_tntrun, tmp_path):
     assert not client.get_run(run_id).outputs.model_outputs
     assert not (run_dir / "mlflow_model").exists() and (run_dir / "model.keras").is_file()
     assert client.search_registered_models() == []
-
-
-def test_a_sweep_registers_its_best_job_once(run_tntrun, tmp_path):
-    result = run_tntrun(
-        "-m",
-        "optimizer.base_lr=0.0001,0.002",  # the second job learns, the first barely does
-        *TINY,
-        "tracking.register_model=digits-mlp",
-        "tracking.register_alias=candidate",
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    client = MlflowClient(store_uri(tmp_path))
-    runs = client.search_runs([client.get_experiment_by_name("tntrun").experiment_id])
-    (parent,) = [r for r in runs if r.data.tags.get("tntrun.tracking.sweep") == "parent"]
-    jobs = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
-    assert len(jobs) == 2 and all(job.outputs.model_outputs for job in jobs)  # both logged
-    best = max(jobs, key=lambda job: job.data.metrics["val_accuracy"])
-    (version,) = client.search_model_versions("name = 'digits-mlp'")
-    assert version.run_id == best.info.run_id
-    assert version.tags["tntrun.config_hash"] == best.data.tags["config_hash"]
-    assert str(client.get_model_version_by_alias("digits-mlp", "candidate").version) == "1"
-    assert client.get_run(parent.info.run_id).data.tags["registered_model"] == "digits-mlp/1"
-    assert result.stdout.count("tntrun: registered digits-mlp version") == 1

@@ -1,4 +1,9 @@
-"""The MLflow UI over a tntrun store, in a real browser (Debian's Chromium)."""
+"""The MLflow UI over a tntrun store, in a real browser (Debian's Chromium).
+
+One run carries everything the pages show: it trains on the two network-namespace hosts
+(one rank each: a system-metrics section per host), logs its model and registers it
+with an alias; every page is read from that run's store, served by ``tntrun ui``.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +13,17 @@ import shutil
 import subprocess
 import time
 import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.helpers.commands import clean_env, free_port, tntrun_cli
 from tests.helpers.components import require_module, require_path
+from tests.helpers.netns import NetnsHosts
 from tests.helpers.paths import BIN, ROOT
 from tests.helpers.runs import run_dir_of, store_uri
 
@@ -22,6 +31,10 @@ pytestmark = pytest.mark.slow
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SCREENSHOTS = ROOT / "outputs" / "test-screenshots"
 A_LINE = re.compile(r"^M[-\d.]+,[-\d.]+L[-\d.]+,[-\d.]+")  # an SVG path through 2+ points
+VIEW = "workflowType=machine_learning"  # MLflow 3.17: the model-training view
+RUN_NAME = "mlp-digits-2x32"  # model, dataset, ranks x micro-batch; its logged model's too
+REGISTERED, ALIAS = "digits-mlp", "candidate"
+CPU = "cpu_utilization_percentage"
 
 
 def wait_healthy(url: str, server: subprocess.Popen, seconds: float = 90) -> None:
@@ -38,7 +51,118 @@ def wait_healthy(url: str, server: subprocess.Popen, seconds: float = 90) -> Non
     raise AssertionError(f"mlflow server at {url} not healthy within {seconds} s")
 
 
-def test_the_runs_table_shows_name_dataset_and_a_metric_chart(tmp_path):
+def assert_each_host_sampled_the_whole_run(
+    client: MlflowClient, run_id: str, hosts: NetnsHosts
+) -> None:
+    """Two samples at least per host: one a second after its rank starts, one at its end."""
+    run = client.get_run(run_id)
+    nodes = {key.split("/")[1] for key in run.data.metrics if key.startswith("system/")}
+    assert nodes == set(hosts.addresses), sorted(run.data.metrics)
+    last_accuracy = client.get_metric_history(run_id, "val_accuracy")[-1].timestamp
+    for node in hosts.addresses:
+        cpu = client.get_metric_history(run_id, f"system/{node}/{CPU}")
+        assert [m.step for m in cpu] == list(range(len(cpu))) and len(cpu) >= 2
+        assert cpu[0].timestamp - run.info.start_time < 10_000  # at the start, not after 10 s
+        assert cpu[-1].timestamp >= last_accuracy
+
+
+def assert_model_logged_and_registered(client: MlflowClient, run_id: str) -> str:
+    """The run's one logged model (named as the run), version 1 of REGISTERED at ALIAS;
+    its id."""
+    experiment_id = client.get_run(run_id).info.experiment_id
+    (model,) = client.search_logged_models(
+        [experiment_id], filter_string=f"source_run_id = '{run_id}'"
+    )
+    assert model.name == RUN_NAME
+    version = client.get_model_version_by_alias(REGISTERED, ALIAS)
+    assert str(version.version) == "1" and version.run_id == run_id
+    return model.model_id
+
+
+@dataclass(frozen=True)
+class Browsed:
+    """A browser tab on the served store, and the run its pages show."""
+
+    page: Any  # playwright's Page
+    expect: Callable[..., Any]  # playwright's expect
+    url: str
+    experiment_id: str
+    run_id: str
+
+    def open(self, route: str) -> None:
+        self.page.goto(f"{self.url}/#/{route}")
+
+    def screenshot(self, name: str, full_page: bool = False) -> None:
+        self.page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=full_page)
+
+
+def check_runs_table(ui: Browsed, dataset_digest: str) -> None:
+    """One run, one row: its name, dataset, source and model (ag-grid cells by column id)."""
+    ui.open(f"experiments/{ui.experiment_id}/runs?{VIEW}")
+
+    def cell(column: str):
+        return ui.page.locator(f'[role="gridcell"][col-id="attributes.`{column}`"]')
+
+    ui.expect(cell("Run Name")).to_contain_text(RUN_NAME, timeout=60_000)
+    ui.expect(cell("Dataset")).to_contain_text(f"digits ({dataset_digest})")
+    ui.expect(cell("Source")).to_contain_text("tntrun")
+    ui.expect(cell("Models")).to_contain_text(REGISTERED, timeout=30_000)
+    ui.screenshot("runs_table")
+
+
+def check_charts(ui: Browsed, first_host: str) -> None:
+    """The chart view: val_accuracy over its 2 epochs; a host's CPU from start to end."""
+    ui.open(f"experiments/{ui.experiment_id}/runs?{VIEW}&compareRunsMode=CHART")
+    for search, title in (("val_accuracy", "val_accuracy"), (CPU, f"system/{first_host}/{CPU}")):
+        ui.page.get_by_placeholder("Search metric charts").fill(search)
+        card = ui.page.get_by_test_id("experiment-view-compare-runs-card").filter(has_text=title)
+        line = card.locator(".js-plotly-plot path.js-line").first  # plotly's trace
+        ui.expect(line).to_have_attribute("d", A_LINE, timeout=60_000)
+        if search == "val_accuracy":
+            ui.screenshot("run_charts")
+
+
+def check_logged_models(ui: Browsed, model_id: str) -> None:
+    """The experiment's Models tab: the run's logged model, by name; its link opens it."""
+    ui.open(f"experiments/{ui.experiment_id}/models?{VIEW}")
+    link = ui.page.get_by_role("link", name=RUN_NAME).first
+    ui.expect(link).to_be_visible(timeout=60_000)
+    ui.screenshot("models_view")
+    link.click()
+    ui.expect(ui.page).to_have_url(re.compile(model_id), timeout=30_000)
+
+
+def check_registry(ui: Browsed) -> None:
+    """The registered models page, then the model's: version 1 with its alias."""
+    ui.open("models")
+    ui.expect(ui.page.get_by_role("link", name=REGISTERED)).to_be_visible(timeout=60_000)
+    ui.expect(ui.page.get_by_text("Version 1").first).to_be_visible()
+    ui.page.get_by_role("link", name=REGISTERED).click()
+    version = ui.page.get_by_role("row").filter(has_text="Version 1")
+    ui.expect(version).to_contain_text(ALIAS, timeout=30_000)
+    ui.screenshot("registered_model")
+
+
+def check_run_page(ui: Browsed, accuracy: str) -> None:
+    """The run's page, at the link tntrun printed."""
+    ui.open(f"experiments/{ui.experiment_id}/runs/{ui.run_id}?{VIEW}")
+    ui.page.get_by_text("val_accuracy").first.wait_for(timeout=60_000)
+    ui.page.get_by_text(accuracy).first.wait_for(timeout=30_000)
+    ui.screenshot("run_page", full_page=True)
+
+
+def check_system_metrics(ui: Browsed, hosts: NetnsHosts) -> None:
+    """The run page's System metrics tab: a section per host, each with its CPU chart."""
+    ui.open(f"experiments/{ui.experiment_id}/runs/{ui.run_id}/system-metrics?{VIEW}")
+    for node in hosts.addresses:
+        ui.expect(ui.page.get_by_text(f"system/{node}", exact=True).first).to_be_visible(
+            timeout=60_000
+        )
+    ui.expect(ui.page.get_by_text(CPU, exact=True)).to_have_count(len(hosts.addresses))
+    ui.screenshot("system_metrics", full_page=True)
+
+
+def test_the_ui_shows_the_run_its_model_its_registered_version_and_each_host(netns_hosts, tmp_path):
     require_path(Path(CHROMIUM), "Debian's chromium", "apt-get install chromium")
     sync_api = require_module("playwright.sync_api")
     clock = time.monotonic()
@@ -48,7 +172,13 @@ def test_the_runs_table_shows_name_dataset_and_a_metric_chart(tmp_path):
         nonlocal clock
         timings[name], clock = round(time.monotonic() - clock, 1), time.monotonic()
 
-    result = tntrun_cli(tmp_path, "train.epochs=2")  # system metrics every 10 s: a shorter run
+    result = tntrun_cli(
+        tmp_path,
+        *netns_hosts.one_rank_per_host(),
+        "train.epochs=2",  # system metrics every 10 s: a shorter run
+        f"tracking.register_model={REGISTERED}",
+        f"tracking.register_alias={ALIAS}",
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     lap("run")
     run_id = (run_dir_of(result) / "run_id").read_text()
@@ -58,20 +188,17 @@ def test_the_runs_table_shows_name_dataset_and_a_metric_chart(tmp_path):
     assert client.get_experiment(experiment_id).tags["mlflow.experimentKind"] == (
         "custom_model_development"
     )
-    assert run.info.run_name == "mlp-digits-2x32"  # model, dataset, ranks x micro-batch
+    assert run.info.run_name == RUN_NAME
     (dataset,) = [used.dataset for used in run.inputs.dataset_inputs]
     assert (dataset.name, dataset.source_type) == ("digits", "code")
     assert json.loads(dataset.profile)["num_train"] == 1438
     tags = run.data.tags
     assert Path(tags["mlflow.source.name"]).name == "tntrun" and tags["mlflow.user"]
     assert tags["mlflow.source.type"] == "LOCAL" and tags["command"].startswith("tntrun ")
-    cpu = client.get_metric_history(run_id, "system/cpu_utilization_percentage")
-    assert [m.step for m in cpu] == list(range(len(cpu))) and len(cpu) >= 2
-    assert cpu[0].timestamp - run.info.start_time < 10_000  # at the start, not after 10 s
-    assert cpu[-1].timestamp >= client.get_metric_history(run_id, "val_accuracy")[-1].timestamp
+    assert_each_host_sampled_the_whole_run(client, run_id, netns_hosts)
+    model_id = assert_model_logged_and_registered(client, run_id)
     accuracy = f"{run.data.metrics['val_accuracy']:.4g}"[:4]
-    view = "workflowType=machine_learning"  # MLflow 3.17: the model-training view
-    assert f"#/experiments/{experiment_id}/runs/{run_id}?{view}" in result.stdout
+    assert f"#/experiments/{experiment_id}/runs/{run_id}?{VIEW}" in result.stdout
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -103,43 +230,19 @@ def test_the_runs_table_shows_name_dataset_and_a_metric_chart(tmp_path):
                 ],
             )
             page = browser.new_page(viewport={"width": 1600, "height": 900})
-            expect = sync_api.expect
-
-            # The runs table (one run: one row; ag-grid cells by column id).
-            page.goto(f"{url}/#/experiments/{experiment_id}/runs?{view}")
-
-            def cell(column: str):
-                return page.locator(f'[role="gridcell"][col-id="attributes.`{column}`"]')
-
-            expect(cell("Run Name")).to_contain_text("mlp-digits-2x32", timeout=60_000)
-            expect(cell("Dataset")).to_contain_text(f"digits ({dataset.digest})")
-            expect(cell("Source")).to_contain_text("tntrun")
-            page.screenshot(path=str(SCREENSHOTS / "runs_table.png"))
+            ui = Browsed(page, sync_api.expect, url, experiment_id, run_id)
+            check_runs_table(ui, dataset.digest)
             lap("runs table")
-
-            # The chart view: the run's val_accuracy line over its 2 epochs.
-            page.goto(f"{url}/#/experiments/{experiment_id}/runs?{view}&compareRunsMode=CHART")
-            page.get_by_placeholder("Search metric charts").fill("val_accuracy")
-            card = page.get_by_test_id("experiment-view-compare-runs-card").filter(
-                has_text="val_accuracy"
-            )
-            line = card.locator(".js-plotly-plot path.js-line").first  # plotly's trace
-            expect(line).to_have_attribute("d", A_LINE, timeout=60_000)
-            page.screenshot(path=str(SCREENSHOTS / "run_charts.png"))
-            page.get_by_placeholder("Search metric charts").fill("cpu_utilization")
-            card = page.get_by_test_id("experiment-view-compare-runs-card").filter(
-                has_text="system/cpu_utilization_percentage"
-            )  # its start and end samples
-            line = card.locator(".js-plotly-plot path.js-line").first
-            expect(line).to_have_attribute("d", A_LINE)
+            check_charts(ui, netns_hosts.addresses[0])
             lap("charts")
-
-            # The run's page, at the link tntrun printed.
-            page.goto(f"{url}/#/experiments/{experiment_id}/runs/{run_id}?{view}")
-            page.get_by_text("val_accuracy").first.wait_for(timeout=60_000)
-            page.get_by_text(accuracy).first.wait_for(timeout=30_000)
-            page.screenshot(path=str(SCREENSHOTS / "run_page.png"), full_page=True)
+            check_logged_models(ui, model_id)
+            lap("models tab")
+            check_registry(ui)
+            lap("registry")
+            check_run_page(ui, accuracy)
             lap("run page")
+            check_system_metrics(ui, netns_hosts)
+            lap("system metrics")
             browser.close()
     finally:
         subprocess.run(["pkill", "-TERM", "-g", str(server.pid)], check=False)

@@ -10,6 +10,7 @@ the folder is uploaded as files.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,6 +22,7 @@ MLMODEL = "MLmodel"
 MODEL_TYPE = "keras"
 EVALUATION_PREFIXES = ("val_", "bleu")  # metrics measured on the dataset's validation split
 ALREADY_EXISTS = ("RESOURCE_ALREADY_EXISTS", "ALREADY_EXISTS")
+MODEL_VERSIONS_TAG = "mlflow.modelVersions"  # on a logged model: its registered versions
 
 
 def find_run_model(client: Any, experiment_id: str, run_id: str, role: str) -> Any | None:
@@ -135,6 +137,18 @@ def register_version(
             tags=dict(tags),
             model_id=model_id,
         )
+    note_version(client, logged, name, str(version.version))
     if alias:
         client.set_registered_model_alias(name, alias, version.version)
     return str(version.version)
+
+
+def note_version(client: Any, logged: Any, name: str, version: str) -> None:
+    """Name the version on the logged model, as ``mlflow.register_model`` does (the
+    client's ``create_model_version`` does not): the Models tab's "Registered models"
+    column reads it. Once, through a retried attempt."""
+    versions = json.loads(logged.tags.get(MODEL_VERSIONS_TAG) or "[]")
+    entry = {"name": name, "version": version}
+    if entry not in versions:
+        tag = {MODEL_VERSIONS_TAG: json.dumps([*versions, entry])}
+        client.set_logged_model_tags(logged.model_id, tag)

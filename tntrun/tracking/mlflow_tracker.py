@@ -42,6 +42,9 @@ ARTIFACTS = "mlartifacts"  # under output_root, one folder per experiment
 EXPERIMENT_KIND = "mlflow.experimentKind"
 MODEL_TRAINING = "custom_model_development"
 
+# Attempts to log a dataset that parallel drivers insert at once (see log_dataset).
+DATASET_ATTEMPTS = 3
+
 
 class MlflowTracker:
     """One MLflow run: created in ``tracking.experiment_name`` or attached to by id."""
@@ -211,10 +214,20 @@ class MlflowTracker:
     def log_dataset(self, dataset: DatasetRecord) -> None:
         """The run's dataset as an MLflow dataset input (the runs table's Dataset column).
 
-        Under the store lock: parallel jobs logging the same dataset race to insert it."""
-        client = self.client
-        with store_lock(self.store):
-            client.log_inputs(self.run_id, datasets=[dataset_input(dataset)])
+        Parallel drivers logging the same dataset race to insert it: MLflow looks it up in
+        the experiment, then inserts it. On SQLite the store lock serialises them; a
+        server's database refuses the loser's insert (seen with 4 drivers on PostgreSQL),
+        and its second attempt finds the winner's dataset and links it."""
+        from mlflow.exceptions import MlflowException
+
+        for attempt in range(DATASET_ATTEMPTS):
+            try:
+                with store_lock(self.store):
+                    self.client.log_inputs(self.run_id, datasets=[dataset_input(dataset)])
+                return
+            except MlflowException as err:
+                if attempt + 1 == DATASET_ATTEMPTS or not lost_insert_race(err):
+                    raise
 
     def log_model(self, model: LocalModel) -> str:
         """The model folder as a logged model of the run (:mod:`.mlflow_models`)."""
@@ -253,6 +266,12 @@ class MlflowTracker:
         if is_server(self.store):
             return run_url(self.experiment_id, str(self.run_id), base=self.store)
         return run_url(self.experiment_id, str(self.run_id))
+
+
+def lost_insert_race(err: Exception) -> bool:
+    """Whether MLflow's store refused a row another writer had just inserted."""
+    message = str(err)
+    return "duplicate key value" in message or "UNIQUE constraint failed" in message
 
 
 def summary_of(run: Any) -> RunSummary:
