@@ -57,6 +57,9 @@ def test_a_retried_delivery_logs_and_registers_the_model_once(finished_run, caps
     assert client.get_model_version_by_alias("digits-mlp", "candidate").version == version.version
     assert version.tags["tntrun.config_hash"] == "c0ffee"
     assert version.tags["tntrun.run_id"] == tracker.run_id
+    # The logged model names its version once (the Models tab's "Registered models").
+    versions = json.loads(model.tags["mlflow.modelVersions"])
+    assert versions == [{"name": "digits-mlp", "version": version.version}]
     # The folder's MLmodel names the logged model it became (MLflow reads it on loading).
     spec = yaml.safe_load((run_dir / "mlflow_model" / "MLmodel").read_text())
     assert spec["model_id"] == model.model_id and spec["run_id"] == tracker.run_id

@@ -35,6 +35,7 @@ VIEW = "workflowType=machine_learning"  # MLflow 3.17: the model-training view
 RUN_NAME = "mlp-digits-2x32"  # model, dataset, ranks x micro-batch; its logged model's too
 REGISTERED, ALIAS = "digits-mlp", "candidate"
 CPU = "cpu_utilization_percentage"
+CHART_CARD = "experiment-view-compare-runs-card"  # a chart, in the chart view and run page
 
 
 def wait_healthy(url: str, server: subprocess.Popen, seconds: float = 90) -> None:
@@ -66,9 +67,9 @@ def assert_each_host_sampled_the_whole_run(
         assert cpu[-1].timestamp >= last_accuracy
 
 
-def assert_model_logged_and_registered(client: MlflowClient, run_id: str) -> str:
-    """The run's one logged model (named as the run), version 1 of REGISTERED at ALIAS;
-    its id."""
+def logged_and_registered(client: MlflowClient, run_id: str) -> Any:
+    """The run's one logged model (named as the run), registered as version 1 of
+    REGISTERED at ALIAS and naming that version (the Models tab's column reads it)."""
     experiment_id = client.get_run(run_id).info.experiment_id
     (model,) = client.search_logged_models(
         [experiment_id], filter_string=f"source_run_id = '{run_id}'"
@@ -76,7 +77,9 @@ def assert_model_logged_and_registered(client: MlflowClient, run_id: str) -> str
     assert model.name == RUN_NAME
     version = client.get_model_version_by_alias(REGISTERED, ALIAS)
     assert str(version.version) == "1" and version.run_id == run_id
-    return model.model_id
+    named = json.loads(model.tags["mlflow.modelVersions"])
+    assert [(v["name"], str(v["version"])) for v in named] == [(REGISTERED, "1")]
+    return model
 
 
 @dataclass(frozen=True)
@@ -96,17 +99,28 @@ class Browsed:
         self.page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=full_page)
 
 
+def grid_cell(ui: Browsed, column: str):
+    """ag-grid's cells of a column, by its id."""
+    return ui.page.locator(f'[role="gridcell"][col-id="{column}"]')
+
+
 def check_runs_table(ui: Browsed, dataset_digest: str) -> None:
-    """One run, one row: its name, dataset, source and model (ag-grid cells by column id)."""
+    """One run, one row: its name, dataset, source and model, the registered version it
+    became."""
     ui.open(f"experiments/{ui.experiment_id}/runs?{VIEW}")
 
     def cell(column: str):
-        return ui.page.locator(f'[role="gridcell"][col-id="attributes.`{column}`"]')
+        return grid_cell(ui, f"attributes.`{column}`")
 
     ui.expect(cell("Run Name")).to_contain_text(RUN_NAME, timeout=60_000)
     ui.expect(cell("Dataset")).to_contain_text(f"digits ({dataset_digest})")
     ui.expect(cell("Source")).to_contain_text("tntrun")
     ui.expect(cell("Models")).to_contain_text(REGISTERED, timeout=30_000)
+    version_page = f"#/models/{REGISTERED}/versions/1"
+    ui.expect(cell("Models").get_by_role("link")).to_have_attribute("href", version_page)
+    close = ui.page.get_by_role("button", name="Close")  # the MLflow Assistant, open at first
+    if close.count():
+        close.first.click()
     ui.screenshot("runs_table")
 
 
@@ -115,31 +129,42 @@ def check_charts(ui: Browsed, first_host: str) -> None:
     ui.open(f"experiments/{ui.experiment_id}/runs?{VIEW}&compareRunsMode=CHART")
     for search, title in (("val_accuracy", "val_accuracy"), (CPU, f"system/{first_host}/{CPU}")):
         ui.page.get_by_placeholder("Search metric charts").fill(search)
-        card = ui.page.get_by_test_id("experiment-view-compare-runs-card").filter(has_text=title)
+        card = ui.page.get_by_test_id(CHART_CARD).filter(has_text=title)
         line = card.locator(".js-plotly-plot path.js-line").first  # plotly's trace
         ui.expect(line).to_have_attribute("d", A_LINE, timeout=60_000)
         if search == "val_accuracy":
             ui.screenshot("run_charts")
 
 
-def check_logged_models(ui: Browsed, model_id: str) -> None:
-    """The experiment's Models tab: the run's logged model, by name; its link opens it."""
+def check_logged_models(ui: Browsed, model: Any, dataset_digest: str) -> None:
+    """The experiment's Models tab: the run's model, ready, its registered version, its
+    dataset and its val_accuracy."""
     ui.open(f"experiments/{ui.experiment_id}/models?{VIEW}")
-    link = ui.page.get_by_role("link", name=RUN_NAME).first
-    ui.expect(link).to_be_visible(timeout=60_000)
+    name = grid_cell(ui, "name").get_by_role("link")
+    ui.expect(name).to_have_text(RUN_NAME, timeout=60_000)
+    model_page = f"#/experiments/{ui.experiment_id}/models/{model.model_id}"
+    ui.expect(name).to_have_attribute("href", model_page)
+    ui.expect(grid_cell(ui, "status")).to_have_text("Ready")
+    ui.expect(grid_cell(ui, "registered_models")).to_contain_text(REGISTERED, timeout=30_000)
+    ui.expect(grid_cell(ui, "dataset")).to_contain_text(f"digits (#{dataset_digest})")
+    (accuracy,) = [metric.value for metric in model.metrics if metric.key == "val_accuracy"]
+    shown = repr(accuracy).removesuffix(".0")  # as JavaScript prints the number
+    ui.expect(ui.page.get_by_role("gridcell", name=shown, exact=True)).to_be_visible()
     ui.screenshot("models_view")
-    link.click()
-    ui.expect(ui.page).to_have_url(re.compile(model_id), timeout=30_000)
 
 
 def check_registry(ui: Browsed) -> None:
-    """The registered models page, then the model's: version 1 with its alias."""
+    """The registered models page, then the model's: version 1 at its alias, from the run."""
     ui.open("models")
-    ui.expect(ui.page.get_by_role("link", name=REGISTERED)).to_be_visible(timeout=60_000)
-    ui.expect(ui.page.get_by_text("Version 1").first).to_be_visible()
-    ui.page.get_by_role("link", name=REGISTERED).click()
+    listed = ui.page.get_by_role("row").filter(has_text=REGISTERED)
+    ui.expect(listed).to_contain_text("Version 1", timeout=60_000)
+    ui.expect(listed).to_contain_text(ALIAS)
+    ui.page.keyboard.press("Escape")  # the new registry UI's announcement, over the list
+    ui.screenshot("registered_models")
+    ui.open(f"models/{REGISTERED}")
     version = ui.page.get_by_role("row").filter(has_text="Version 1")
-    ui.expect(version).to_contain_text(ALIAS, timeout=30_000)
+    ui.expect(version).to_contain_text(ALIAS, timeout=60_000)
+    ui.expect(version).to_contain_text(ui.run_id)  # its tntrun.run_id tag
     ui.screenshot("registered_model")
 
 
@@ -152,13 +177,15 @@ def check_run_page(ui: Browsed, accuracy: str) -> None:
 
 
 def check_system_metrics(ui: Browsed, hosts: NetnsHosts) -> None:
-    """The run page's System metrics tab: a section per host, each with its CPU chart."""
+    """The run page's System metrics tab: a section per host, each with its CPU line."""
     ui.open(f"experiments/{ui.experiment_id}/runs/{ui.run_id}/system-metrics?{VIEW}")
+    sections = ui.page.get_by_test_id("experiment-view-compare-runs-section-header")
     for node in hosts.addresses:
-        ui.expect(ui.page.get_by_text(f"system/{node}", exact=True).first).to_be_visible(
-            timeout=60_000
-        )
-    ui.expect(ui.page.get_by_text(CPU, exact=True)).to_have_count(len(hosts.addresses))
+        ui.expect(sections.filter(has_text=f"system/{node}")).to_have_count(1, timeout=60_000)
+    ui.page.get_by_placeholder("Search metric charts").fill(CPU)
+    for node in hosts.addresses:
+        card = ui.page.get_by_test_id(CHART_CARD).filter(has_text=f"system/{node}/{CPU}")
+        ui.expect(card.locator(".js-plotly-plot path.js-line").first).to_have_attribute("d", A_LINE)
     ui.screenshot("system_metrics", full_page=True)
 
 
@@ -196,7 +223,7 @@ def test_the_ui_shows_the_run_its_model_its_registered_version_and_each_host(net
     assert Path(tags["mlflow.source.name"]).name == "tntrun" and tags["mlflow.user"]
     assert tags["mlflow.source.type"] == "LOCAL" and tags["command"].startswith("tntrun ")
     assert_each_host_sampled_the_whole_run(client, run_id, netns_hosts)
-    model_id = assert_model_logged_and_registered(client, run_id)
+    model = logged_and_registered(client, run_id)
     accuracy = f"{run.data.metrics['val_accuracy']:.4g}"[:4]
     assert f"#/experiments/{experiment_id}/runs/{run_id}?{VIEW}" in result.stdout
 
@@ -235,7 +262,7 @@ def test_the_ui_shows_the_run_its_model_its_registered_version_and_each_host(net
             lap("runs table")
             check_charts(ui, netns_hosts.addresses[0])
             lap("charts")
-            check_logged_models(ui, model_id)
+            check_logged_models(ui, model, dataset.digest)
             lap("models tab")
             check_registry(ui)
             lap("registry")

@@ -137,18 +137,19 @@ def register_version(
             tags=dict(tags),
             model_id=model_id,
         )
-    note_version(client, logged, name, str(version.version))
+    note_version(client, logged, name, version.version)
     if alias:
         client.set_registered_model_alias(name, alias, version.version)
     return str(version.version)
 
 
-def note_version(client: Any, logged: Any, name: str, version: str) -> None:
+def note_version(client: Any, logged: Any, name: str, version: int | str) -> None:
     """Name the version on the logged model, as ``mlflow.register_model`` does (the
     client's ``create_model_version`` does not): the Models tab's "Registered models"
     column reads it. Once, through a retried attempt."""
     versions = json.loads(logged.tags.get(MODEL_VERSIONS_TAG) or "[]")
-    entry = {"name": name, "version": version}
-    if entry not in versions:
-        tag = {MODEL_VERSIONS_TAG: json.dumps([*versions, entry])}
-        client.set_logged_model_tags(logged.model_id, tag)
+    if not any(v.get("name") == name and str(v.get("version")) == str(version) for v in versions):
+        entry = {"name": name, "version": version}
+        client.set_logged_model_tags(
+            logged.model_id, {MODEL_VERSIONS_TAG: json.dumps([*versions, entry])}
+        )
