@@ -39,6 +39,28 @@ def tntrun_cli(workdir: Path, *args: str, timeout: float = 600) -> subprocess.Co
     )
 
 
+def concurrent_drivers(
+    workdir: Path, *args: str, count: int = 4, timeout: float = 900
+) -> list[str]:
+    """Start ``count`` tntrun drivers at once (``seed=0..count-1`` besides ``args``), wait for
+    all and fail unless each exits 0; their combined outputs, in seed order."""
+    drivers = [
+        subprocess.Popen(
+            tntrun_command(workdir, *args, f"seed={seed}"),
+            cwd=workdir,
+            env=clean_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for seed in range(count)
+    ]
+    outputs = [driver.communicate(timeout=timeout)[0] for driver in drivers]
+    for driver, output in zip(drivers, outputs, strict=True):
+        assert driver.returncode == 0, output[-3000:]
+    return outputs
+
+
 def run_on_two_ranks(script: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     """``horovodrun -np 2`` of a rank script (tests/rank_scripts) on CPU ranks over loopback."""
     return subprocess.run(

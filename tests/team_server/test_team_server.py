@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import collections
 import os
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +17,7 @@ from mlflow.artifacts import download_artifacts
 from mlflow.entities import LoggedModelStatus
 from mlflow.tracking import MlflowClient
 
-from tests.helpers.commands import clean_env, tntrun_cli, tntrun_command
+from tests.helpers.commands import concurrent_drivers, tntrun_cli
 from tests.helpers.runs import run_dir_of
 from tests.helpers.team_server import TeamServer
 from tntrun.contract import run_files
@@ -158,29 +157,15 @@ def stream_points(run_dir: Path) -> dict[str, list[tuple[int, int, float]]]:
 
 
 def test_four_concurrent_drivers_lose_no_metric(tmp_path, team_server):
-    drivers = [
-        subprocess.Popen(
-            tntrun_command(
-                tmp_path,
-                *through(team_server, "team-concurrent"),
-                "ranks_per_node=1",
-                "train.epochs=2",
-                f"seed={seed}",
-                "tracking.system_metrics=false",
-                "tracking.log_every_steps=1",
-                "checkpoint.every_epochs=0",
-            ),
-            cwd=tmp_path,
-            env=clean_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for seed in range(4)
-    ]
-    outputs = [driver.communicate(timeout=900)[0] for driver in drivers]
-    for driver, output in zip(drivers, outputs, strict=True):
-        assert driver.returncode == 0, output[-3000:]
+    concurrent_drivers(
+        tmp_path,
+        *through(team_server, "team-concurrent"),
+        "ranks_per_node=1",
+        "train.epochs=2",
+        "tracking.system_metrics=false",
+        "tracking.log_every_steps=1",
+        "checkpoint.every_epochs=0",
+    )
     client = MlflowClient(team_server.url)
     runs = runs_of(client, "team-concurrent")
     assert len(runs) == 4 and all(r.info.status == "FINISHED" for r in runs)

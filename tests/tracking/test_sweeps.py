@@ -9,7 +9,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from tests.helpers.commands import clean_env, tntrun_cli, tntrun_command
+from tests.helpers.commands import clean_env, concurrent_drivers, tntrun_cli
 from tests.helpers.components import require_module
 from tests.helpers.paths import BIN
 from tests.helpers.runs import store_uri
@@ -64,27 +64,15 @@ def test_sweep_makes_a_parent_run_with_children_and_a_scaling_report(tmp_path):
 
 
 def test_four_concurrent_drivers_share_one_store(tmp_path):
-    drivers = [
-        subprocess.Popen(
-            tntrun_command(
-                tmp_path,
-                "ranks_per_node=1",
-                "train.epochs=2",
-                f"seed={seed}",
-                "tracking.system_metrics=false",
-                "checkpoint.every_epochs=0",
-            ),
-            cwd=tmp_path,
-            env=clean_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for seed in range(4)
-    ]
-    outputs = [driver.communicate(timeout=600)[0] for driver in drivers]
-    for driver, output in zip(drivers, outputs, strict=True):
-        assert driver.returncode == 0, output[-3000:]
+    outputs = concurrent_drivers(
+        tmp_path,
+        "ranks_per_node=1",
+        "train.epochs=2",
+        "tracking.system_metrics=false",
+        "checkpoint.every_epochs=0",
+        timeout=600,
+    )
+    for output in outputs:
         assert "database is locked" not in output
     client = MlflowClient(store_uri(tmp_path))
     runs = client.search_runs([client.get_experiment_by_name("tntrun").experiment_id])
