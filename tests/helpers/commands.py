@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from tests.helpers.paths import BIN
+from tntrun.launch.horovodrun import HOROVODRUN_COMMAND
 
 
 def free_port() -> int:
@@ -62,10 +63,13 @@ def concurrent_drivers(
 
 
 def run_on_two_ranks(script: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    """``horovodrun -np 2`` of a rank script (tests/rank_scripts) on CPU ranks over loopback."""
+    """``horovodrun -np 2`` of a rank script (tests/rank_scripts) on CPU ranks over loopback,
+    through tntrun's horovodrun command (tntrun/launch/horovodrun_command.py)."""
     return subprocess.run(
         [
-            str(BIN / "horovodrun"),
+            sys.executable,
+            "-m",
+            HOROVODRUN_COMMAND,
             "--gloo",
             "-np",
             "2",

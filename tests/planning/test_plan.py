@@ -28,7 +28,8 @@ def test_default_plan_splits_global_batch_over_two_cpu_ranks(compose_cfg):
     assert plan.threads_per_rank == 1
     assert plan.scaled_lr == pytest.approx(0.002)  # adam 0.002 stated at batch 64
     cmd = plan.launch_command
-    assert cmd[:6] == ("horovodrun", "--gloo", "-np", "2", "-H", "localhost:2")
+    horovodrun = ("python", "-m", "tntrun.launch.horovodrun_command")  # horovodrun's CLI
+    assert cmd[:8] == (*horovodrun, "--gloo", "-np", "2", "-H", "localhost:2")
     assert cmd[-4:] == ("python", "-m", "tntrun.engine.worker", "/runs/x")
     env = dict(plan.launch_env)
     assert env["KERAS_BACKEND"] == "tensorflow" and env["TF_USE_LEGACY_KERAS"] == "0"
@@ -46,7 +47,7 @@ def test_two_nodes_of_four_gpus(compose_cfg):
         data=IMAGENET,
     )
     assert plan.world_size == 8 and plan.micro_batch_size == 64
-    assert plan.launch_command[1:6] == ("--gloo", "-np", "8", "-H", "a:4,b:4")
+    assert plan.launch_command[3:8] == ("--gloo", "-np", "8", "-H", "a:4,b:4")
     assert plan.scaled_lr == pytest.approx(0.2)  # 0.1 at 256, linear
     assert [(p.host, p.gpu) for p in plan.placements] == [
         ("a", 0),
@@ -219,7 +220,7 @@ def test_hosts_from_a_hostfile(compose_cfg, tmp_path):
     hostfile = tmp_path / "hosts"
     hostfile.write_text("# cluster\nalpha slots=2\nbeta:4\n")
     plan = plan_for(compose_cfg, "nodes=2", f"hostfile={hostfile}", "global_batch_size=64")
-    assert plan.launch_command[5] == "alpha:2,beta:2"
+    assert plan.launch_command[7] == "alpha:2,beta:2"
 
 
 def test_a_host_list_sets_the_nodes_unless_they_are_given(compose_cfg, tmp_path):

@@ -66,7 +66,8 @@ def test_default_experiment_trains_on_two_ranks_and_logs_to_mlflow(run_tntrun, t
     assert tags["version.tensorflow"] == "2.18.1" and tags["version.horovod"] == "0.28.1"
     assert tags["horovod.built_for_tensorflow"] == "2.18.1"
     assert "Gloo" in tags["horovod.check_build"]
-    assert "horovodrun --gloo -np 2 -H localhost:2" in tags["launch_command"]
+    horovodrun = "-m tntrun.launch.horovodrun_command --gloo -np 2 -H localhost:2"
+    assert horovodrun in tags["launch_command"]
     assert tags["choice.model"] == "mlp" and tags["choice.dataset"] == "digits"
 
     out = result.stdout

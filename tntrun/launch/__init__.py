@@ -39,7 +39,7 @@ class LaunchSpec:
     worker: tuple[str, ...]  # the rank's command: python -m tntrun.engine.worker <run dir>
     start_timeout: int = 60
     cpu_only: bool = True
-    horovodrun: str = "horovodrun"
+    python: str = "python"  # the driver's interpreter, which the launcher command runs
     env: Mapping[str, str] = field(default_factory=dict)  # the driver's environment
 
 
@@ -100,7 +100,7 @@ def with_launch_command(plan: Plan, cfg: Mapping[str, Any], facts: MachineFacts)
         worker=plan.worker,
         start_timeout=int(cfg["horovod"]["start_timeout"]),
         cpu_only=plan.gpus_per_node == 0,
-        horovodrun=facts.horovodrun,
+        python=facts.python,
         env=facts.env,
     )
     problems = launcher.problems(spec)

@@ -8,6 +8,9 @@ from typing import Any
 
 from tntrun.launch import Launcher, LaunchSpec, base_environment
 
+# horovodrun's command line without its 5-12 s probe of the build (see that module).
+HOROVODRUN_COMMAND = "tntrun.launch.horovodrun_command"
+
 
 class HorovodrunLauncher(Launcher):
     name = "horovodrun"
@@ -21,7 +24,9 @@ class HorovodrunLauncher(Launcher):
             else:
                 env.update(knob.env)
         command = (
-            spec.horovodrun,
+            spec.python,
+            "-m",
+            HOROVODRUN_COMMAND,
             "--gloo",
             "-np",
             str(spec.world_size),

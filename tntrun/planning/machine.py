@@ -27,7 +27,6 @@ class MachineFacts:
     numactl: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     python: str = "python"
-    horovodrun: str = "horovodrun"
     hostname: str = "localhost"
     gpus: int = 0  # GPUs this node shows (nvidia-smi -L, else /dev/nvidia<N>)
     gpu_probe: str = "not probed"  # how they were counted, for messages
@@ -74,7 +73,6 @@ def machine_facts() -> MachineFacts:
         numactl=shutil.which("numactl"),
         env=dict(os.environ),
         python=sys.executable,
-        horovodrun=venv_executable("horovodrun"),
         hostname=socket.gethostname(),
         allocation=detect(os.environ).allocation(),
         **dict(zip(("gpus", "gpu_probe"), count_gpus(), strict=True)),
