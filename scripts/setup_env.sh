@@ -153,9 +153,10 @@ step "compiling the environment's Python files (every core)"
 
 stamp="$VENV/.tntrun-verified"
 if [ ! -f "$stamp" ] || [ "$stamp" -ot "$0" ]; then
-  step "verifying a real 2-rank Gloo allreduce"
+  step "verifying a real 2-rank Gloo allreduce (horovodrun as tntrun starts it)"
   out=$(cd "$ROOT" && PATH="$VENV/bin:$PATH" TF_CPP_MIN_LOG_LEVEL=3 timeout 180 \
-        "$VENV/bin/horovodrun" -np 2 -H localhost:2 --gloo "$PY" -m tntrun.engine.selfcheck 2>&1) \
+        "$PY" -m tntrun.launch.horovodrun_command -np 2 -H localhost:2 --gloo \
+        "$PY" -m tntrun.engine.selfcheck 2>&1) \
     || { printf '%s\n' "$out" | tail -n 30 >&2; die "the 2-rank Horovod self-check failed"; }
   printf '%s\n' "$out" | grep -o 'selfcheck ok.*' | sort -u
   step "caching horovodrun --check-build for run records"
