@@ -82,8 +82,13 @@ def input_pipelines(
             val_micro_batch=plan.val_micro_batch_size,
             seed=int(cfg.seed),
         )
-        count = val.reduce(0, lambda n, batch: n + tf.shape(batch[0])[0])
-        return train.repeat(), val, int(count.numpy())
+        samples, batches = val.reduce(
+            (0, 0), lambda seen, batch: (seen[0] + tf.shape(batch[0])[0], seen[1] + 1)
+        )
+        # Its length stated: of a dataset whose length it cannot tell (files sharded and
+        # interleaved), Keras 3's evaluate warns "Your input ran out of data" at every end.
+        val = val.apply(tf.data.experimental.assert_cardinality(int(batches.numpy())))
+        return train.repeat(), val, int(samples.numpy())
     train_data, val_data = dataset.load()
     train = distribute_train(
         train_data,
