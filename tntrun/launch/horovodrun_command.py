@@ -49,8 +49,12 @@ def gloo_built_natively() -> bool | None:
     """Horovod's answer, from a forked child as horovodrun's own (TensorFlow's libraries
     stay out of this process, which lives as long as the job)."""
     child = os.fork()
-    if child == 0:
-        os._exit(ask_the_extension())
+    if child == 0:  # never returns: whatever happens, the child ends here
+        answer = UNKNOWN
+        try:
+            answer = ask_the_extension()
+        finally:
+            os._exit(answer)
     _, status = os.waitpid(child, 0)
     answer = os.waitstatus_to_exitcode(status)
     return {BUILT: True, NOT_BUILT: False}.get(answer)

@@ -63,7 +63,7 @@ def venv_executable(name: str) -> str:
 
 
 def machine_facts() -> MachineFacts:
-    """Cores, NUMA sockets, numactl and launcher paths of this node, and the allocation of
+    """Cores, NUMA sockets, numactl and the interpreter of this node, and the allocation of
     the cluster environment it runs in."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     numa = list(Path("/sys/devices/system/node").glob("node[0-9]*"))
