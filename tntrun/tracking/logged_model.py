@@ -159,10 +159,20 @@ def objective_of(run: RunSummary, objective: str) -> float | None:
     return float(value) if value is not None and math.isfinite(value) else None
 
 
-def register_best_job(tracker: Tracker, jobs: Sequence[RunSummary], tracking: Any) -> None:
-    """Register the sweep's best FINISHED job by ``tracking.objective`` (lowest for a loss,
-    else highest, as checkpoint.mode=auto) under ``tracking.register_model``, from the
-    sweep's parent run (``tracker``)."""
+def lower_is_better(objective: str, direction: str | None) -> bool:
+    """Whether the best job has the lowest ``objective``: as the sweeper optimises it
+    (Optuna's ``direction``), else by its name (lowest for a loss, as checkpoint.mode=auto)."""
+    if direction in ("minimize", "maximize"):
+        return direction == "minimize"
+    return "loss" in objective
+
+
+def register_best_job(
+    tracker: Tracker, jobs: Sequence[RunSummary], tracking: Any, direction: str | None
+) -> None:
+    """Register the sweep's best FINISHED job by ``tracking.objective`` (see
+    :func:`lower_is_better`) under ``tracking.register_model``, from the sweep's parent
+    run (``tracker``)."""
     name, objective = tracking.get("register_model"), str(tracking.get("objective"))
     if not name or not tracking.get("log_model", True) or not isinstance(tracker, ModelRegistry):
         return
@@ -174,7 +184,7 @@ def register_best_job(tracker: Tracker, jobs: Sequence[RunSummary], tracking: An
     if not scored:
         print(f"tntrun: note: no job finished with {objective}: nothing registered as {name}")
         return
-    lowest = "loss" in objective
+    lowest = lower_is_better(objective, direction)
     value, best = (min if lowest else max)(scored, key=lambda pair: pair[0])
     role, model_id = BEST, tracker.run_model(best.run_id, BEST)
     if model_id is None:

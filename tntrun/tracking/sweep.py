@@ -8,16 +8,18 @@ directory, which works for in-process, forked and cluster launchers alike.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
+from tntrun.experiment import EXIT_CONFIG_ERROR
 from tntrun.tracking import Tracker, children_of, tracker_for
-from tntrun.tracking.logged_model import register_best_job
+from tntrun.tracking.logged_model import lower_is_better, register_best_job
 from tntrun.tracking.provenance import source_tags
 from tntrun.tracking.report import write_report
 from tntrun.tracking.sweep_parent import PARENT_FILE, parent_run_id
@@ -29,6 +31,26 @@ unfinished_jobs: list[str] = []
 
 def _tracker(config: DictConfig) -> Tracker:
     return tracker_for(config.tracking, Path(config.output_root))
+
+
+def sweeper_direction(config: DictConfig) -> str | None:
+    """Which way the sweeper optimises the jobs' objective (Optuna's ``direction``:
+    minimize or maximize), None when it does not say (the basic sweeper)."""
+    direction = OmegaConf.select(config, "hydra.sweeper.direction", default=None)
+    direction = getattr(direction, "name", direction)  # Optuna's Direction enum
+    return direction if direction in ("minimize", "maximize") else None
+
+
+def direction_note(objective: str, direction: str | None) -> str | None:
+    """One line when the sweeper optimises the objective the other way than its name says
+    (Optuna minimises by default; tntrun's default objective is val_accuracy)."""
+    if direction is None or lower_is_better(objective, None) == (direction == "minimize"):
+        return None
+    seeks, wanted = ("lowest", "maximize") if direction == "minimize" else ("highest", "minimize")
+    return (
+        f"hydra.sweeper.direction={direction} seeks the {seeks} tracking.objective={objective} "
+        f"(and the sweep registers that job): set hydra.sweeper.direction={wanted} to optimise it"
+    )
 
 
 def sweep_parent() -> str | None:
@@ -43,6 +65,19 @@ class SweepTracking(Callback):
     """Opens the sweep's parent run before the jobs and closes it after them."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        direction = sweeper_direction(config)
+        if config.dry_run and direction is not None:  # Optuna would fail on the first NaN
+            print(
+                f"tntrun: config error: dry_run=true: hydra.sweeper.direction={direction} needs "
+                "each job's tracking.objective, which a dry run does not compute: plan a job "
+                "without -m (tntrun dry_run=true <its overrides>)",
+                file=sys.stderr,
+                flush=True,
+            )
+            raise SystemExit(EXIT_CONFIG_ERROR)
+        note = direction_note(str(config.tracking.objective), direction)
+        if note:
+            print(f"tntrun: note: {note}", file=sys.stderr, flush=True)
         if config.dry_run:  # a planned sweep tracks nothing
             return
         sweep_dir = Path(config.hydra.sweep.dir)
@@ -74,7 +109,8 @@ class SweepTracking(Callback):
         tracker.set_tag("children.finished", str(statuses.count("FINISHED")))
         if children:
             write_report(tracker, children, sweep_dir / "report")
-            register_best_job(tracker, children, config.tracking)  # tracking.register_model
+            direction = sweeper_direction(config)
+            register_best_job(tracker, children, config.tracking, direction)
         ok = statuses and all(status == "FINISHED" for status in statuses)
         tracker.finish("FINISHED" if ok else "FAILED")
         unfinished_jobs.extend(child.run_id for child in children if child.status != "FINISHED")
