@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tntrun.contract import run_files
+from tntrun.launch.horovodrun import HOROVODRUN_COMMAND
 from tntrun.launch.watchdog import progress
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -118,7 +119,7 @@ def role(process: Process, driver: int | None) -> str:
     if argv[1:3] == ("-m", "tntrun.engine.worker") and names[0].startswith("python"):
         env = process.environ  # horovodrun sets HOROVOD_RANK; srun, SLURM_PROCID
         return f"rank {env.get('HOROVOD_RANK', env.get('SLURM_PROCID', '?'))}"
-    if "horovodrun" in names or "tntrun.launch.horovodrun_command" in argv[1:3]:
+    if "horovodrun" in names or HOROVODRUN_COMMAND in argv[1:3]:
         return "horovodrun"
     if names and names[0] == "srun":
         return "srun"
