@@ -20,6 +20,12 @@ from tntrun.contract.run_files import METRICS as METRICS_FILE
 MetricPoint = tuple[str, float, int, int]
 
 
+def lowest_is_best(metric: str) -> bool:
+    """Which way a metric improves when nothing says: a loss downwards, the rest upwards
+    (checkpoint.mode=auto on the ranks, a sweep's best job without a sweeper direction)."""
+    return "loss" in metric
+
+
 class MetricsWriter:
     """Rank 0's side: append ``{"t": ms, "step": n, "metrics": {...}}`` lines."""
 

@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from tntrun.contract import run_files
 from tntrun.contract.checkpoints import publish, publish_best
+from tntrun.contract.metrics import lowest_is_best
 from tntrun.contract.run_files import ENV_DRIVER_START
 from tntrun.engine.collectives import checksums_across_ranks, weighted_mean
 from tntrun.engine.data_parallel import StepAgreement
@@ -87,7 +88,7 @@ class Checkpointer(keras.callbacks.Callback):
         self.run_dir, self.every, self.keep, self.describe = run_dir, every_epochs, keep, describe
         self.min_interval_s, self.monitor, self.save_model = min_interval_s, monitor, save_model
         if mode == "auto":
-            mode = "min" if monitor and "loss" in monitor else "max"
+            mode = "min" if monitor and lowest_is_best(monitor) else "max"
         self.better = (lambda a, b: a < b) if mode == "min" else (lambda a, b: a > b)
         self.best: float | None = None
         self._last_write = time.monotonic()

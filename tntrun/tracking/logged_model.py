@@ -23,7 +23,7 @@ from typing import Any
 
 from tntrun.contract import run_files
 from tntrun.contract.checkpoints import best_checkpoint
-from tntrun.contract.metrics import MetricPoint, parse_lines
+from tntrun.contract.metrics import MetricPoint, lowest_is_best, parse_lines
 from tntrun.planning.plan import Plan
 from tntrun.tracking import ModelRegistry, RunSummary, Tracker
 from tntrun.tracking.outage import is_outage
@@ -161,10 +161,10 @@ def objective_of(run: RunSummary, objective: str) -> float | None:
 
 def lower_is_better(objective: str, direction: str | None) -> bool:
     """Whether the best job has the lowest ``objective``: as the sweeper optimises it
-    (Optuna's ``direction``), else by its name (lowest for a loss, as checkpoint.mode=auto)."""
+    (Optuna's ``direction``), else as checkpoint.mode=auto would (``lowest_is_best``)."""
     if direction in ("minimize", "maximize"):
         return direction == "minimize"
-    return "loss" in objective
+    return lowest_is_best(objective)
 
 
 def register_best_job(

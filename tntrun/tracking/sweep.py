@@ -17,9 +17,10 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from tntrun.contract.metrics import lowest_is_best
 from tntrun.experiment import EXIT_CONFIG_ERROR
 from tntrun.tracking import Tracker, children_of, tracker_for
-from tntrun.tracking.logged_model import lower_is_better, register_best_job
+from tntrun.tracking.logged_model import register_best_job
 from tntrun.tracking.provenance import source_tags
 from tntrun.tracking.report import write_report
 from tntrun.tracking.sweep_parent import PARENT_FILE, parent_run_id
@@ -44,7 +45,7 @@ def sweeper_direction(config: DictConfig) -> str | None:
 def direction_note(objective: str, direction: str | None) -> str | None:
     """One line when the sweeper optimises the objective the other way than its name says
     (Optuna minimises by default; tntrun's default objective is val_accuracy)."""
-    if direction is None or lower_is_better(objective, None) == (direction == "minimize"):
+    if direction is None or lowest_is_best(objective) == (direction == "minimize"):
         return None
     seeks, wanted = ("lowest", "maximize") if direction == "minimize" else ("highest", "minimize")
     return (
