@@ -21,17 +21,13 @@ from tntrun.config.compose import CONFIG_NAME, user_choices
 from tntrun.config.schema import register
 from tntrun.config.user_code import add_user_path
 from tntrun.driver import run
+from tntrun.errors import print_problems
 from tntrun.experiment import EXIT_CONFIG_ERROR, Experiment, RunResult
 from tntrun.tracking import sweep
 from tntrun.tracking.sweep import sweep_parent
 
 register()
 _failed_jobs: list[int] = []
-
-
-def print_problems(problems: tuple[str, ...] | list[str]) -> None:
-    for problem in problems:
-        print(f"tntrun: config error: {problem}", file=sys.stderr)
 
 
 def experiment_of(cfg: DictConfig) -> Experiment:

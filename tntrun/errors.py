@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
+
 
 class PlanError(ValueError):
     """One or more config values that cannot make a valid plan, one line each.
@@ -13,3 +16,9 @@ class PlanError(ValueError):
     def __init__(self, problems: str | list[str]) -> None:
         self.problems = [problems] if isinstance(problems, str) else list(problems)
         super().__init__("\n".join(self.problems))
+
+
+def print_problems(problems: Sequence[str]) -> None:
+    """The driver's form of bad input: one ``tntrun: config error: ...`` line each."""
+    for problem in problems:
+        print(f"tntrun: config error: {problem}", file=sys.stderr, flush=True)

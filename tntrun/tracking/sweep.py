@@ -18,6 +18,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from tntrun.contract.metrics import lowest_is_best
+from tntrun.errors import print_problems
 from tntrun.experiment import EXIT_CONFIG_ERROR
 from tntrun.tracking import Tracker, children_of, tracker_for
 from tntrun.tracking.logged_model import register_best_job
@@ -68,12 +69,12 @@ class SweepTracking(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         direction = sweeper_direction(config)
         if config.dry_run and direction is not None:  # Optuna would fail on the first NaN
-            print(
-                f"tntrun: config error: dry_run=true: hydra.sweeper.direction={direction} needs "
-                "each job's tracking.objective, which a dry run does not compute: plan a job "
-                "without -m (tntrun dry_run=true <its overrides>)",
-                file=sys.stderr,
-                flush=True,
+            print_problems(
+                [
+                    f"dry_run=true: hydra.sweeper.direction={direction} needs each job's "
+                    "tracking.objective, which a dry run does not compute: plan a job without "
+                    "-m (tntrun dry_run=true <its overrides>)"
+                ]
             )
             raise SystemExit(EXIT_CONFIG_ERROR)
         note = direction_note(str(config.tracking.objective), direction)
