@@ -4,12 +4,15 @@
 #               component such as Slurm or Chromium fails its tests instead of skipping them)
 #   make check  the fast tests only, the inner loop: -m "not slow", all in-process (a test
 #               that starts a process must be marked slow; tests/conftest.py fails it if not)
+#   make compat-tf2.18  TensorFlow 2.18.1 still works: its own environment (.venv-tf2.18,
+#               Horovod built for it), the fast tests and the default end-to-end run. Not in
+#               CI: a second TensorFlow and Horovod build doubles the set-up.
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.tntrun-ready
 ARGS ?=
 
-.PHONY: setup run test check lint ui clean
+.PHONY: setup run test check lint ui clean compat-tf2.18
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml scripts/setup_env.sh
@@ -28,6 +31,12 @@ test: setup
 check: setup
 	$(BIN)/python -m pytest -m "not slow" -q $(ARGS)
 
+COMPAT_VENV := .venv-tf2.18
+compat-tf2.18:
+	TNTRUN_TF_VERSION=2.18.1 bash scripts/setup_env.sh $(COMPAT_VENV)
+	$(COMPAT_VENV)/bin/python -m pytest -m "not slow" -q $(ARGS)
+	$(COMPAT_VENV)/bin/python -m pytest -q tests/system/test_end_to_end.py $(ARGS)
+
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -36,4 +45,4 @@ ui: setup
 	$(BIN)/tntrun ui
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info
+	rm -rf $(VENV) $(COMPAT_VENV) build dist *.egg-info

@@ -2,20 +2,23 @@
 # Create (or repair) the tntrun virtual environment. Idempotent: every step
 # checks what is already there and skips work that is done.
 #
-#   scripts/setup_env.sh [VENV_DIR]          CPU stack (default)
-#   TNTRUN_DEVICE=gpu scripts/setup_env.sh   CUDA TensorFlow + Horovod with NCCL
+#   scripts/setup_env.sh [VENV_DIR]              CPU stack (default)
+#   TNTRUN_DEVICE=gpu scripts/setup_env.sh       CUDA TensorFlow + Horovod with NCCL
+#   PYTHON=python3.12 scripts/setup_env.sh       that interpreter (else the newest of 3.13-3.11)
+#   TNTRUN_TF_VERSION=2.18.1 scripts/setup_env.sh  another supported TensorFlow (2.18 to 2.21)
 #
-# Horovod 0.28.1 is built from source against the installed TensorFlow and the
-# built wheel is cached under ~/.cache/tntrun/wheels/<python>-tf<version>-<device>/,
-# so a second environment on the same machine installs in seconds.
+# Horovod 0.28.1 is built from its sdist against the installed TensorFlow, with the patches
+# of scripts/horovod/ that this TensorFlow and Python need (scripts/build_horovod.py), and the
+# wheel is cached under ~/.cache/tntrun/wheels/, so a second environment installs in seconds.
 set -euo pipefail
 
 VENV=${1:-.venv}
 DEVICE=${TNTRUN_DEVICE:-cpu}
-PYTHON=${PYTHON:-python3.11}
-TF_VERSION=2.18.1
+TF_VERSION=${TNTRUN_TF_VERSION:-2.21.0}
 HOROVOD_VERSION=0.28.1
+SUPPORTED_PYTHONS=(3.13 3.12 3.11)  # newest first: TensorFlow 2.21 has wheels for each
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/tntrun"
 
 step() { printf '\n==> %s\n' "$*"; }
 die() { printf '\nsetup failed: %s\n' "$*" >&2; exit 1; }
@@ -25,10 +28,37 @@ case "$DEVICE" in
   gpu) TF_REQ="tensorflow[and-cuda]==$TF_VERSION" ;;
   *) die "TNTRUN_DEVICE must be cpu or gpu, not '$DEVICE'" ;;
 esac
+case "$TF_VERSION" in
+  2.18.*) SUPPORTED_PYTHONS=(3.12 3.11) ;;  # TensorFlow 2.18 has no wheels for Python 3.13
+  2.19.*|2.20.*|2.21.*) ;;
+  *) die "TNTRUN_TF_VERSION=$TF_VERSION: tntrun supports TensorFlow 2.18 to 2.21" ;;
+esac
 
-command -v "$PYTHON" >/dev/null || die "$PYTHON not found: tntrun needs Python 3.11 (set PYTHON=/path/to/python3.11)"
-"$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \
-  || die "$PYTHON is not Python 3.11 (TensorFlow $TF_VERSION + Horovod $HOROVOD_VERSION are measured on 3.11)"
+# The interpreter: the one named, else the newest supported one that runs (a pyenv shim
+# for a version that is not active fails to run, so its installed versions are tried too).
+supported() {
+  "$1" -c 'import sys; sys.exit(f"{sys.version_info[0]}.{sys.version_info[1]}" not in sys.argv[1:])' \
+    "${SUPPORTED_PYTHONS[@]}" 2>/dev/null
+}
+find_python() {
+  local minor candidate
+  for minor in "${SUPPORTED_PYTHONS[@]}"; do
+    for candidate in "python$minor" "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$minor".*/bin/"python$minor"; do
+      if command -v "$candidate" >/dev/null && supported "$candidate"; then
+        command -v "$candidate"; return 0
+      fi
+    done
+  done
+  return 1
+}
+if [ -x "$VENV/bin/python" ]; then
+  PYTHON="$VENV/bin/python"
+elif [ -n "${PYTHON:-}" ]; then
+  command -v "$PYTHON" >/dev/null || die "PYTHON=$PYTHON not found"
+else
+  PYTHON=$(find_python) || die "no Python ${SUPPORTED_PYTHONS[*]} found: install one, or set PYTHON=/path/to/python3.1x"
+fi
+supported "$PYTHON" || die "$PYTHON is $("$PYTHON" --version 2>&1): TensorFlow $TF_VERSION with tntrun supports Python ${SUPPORTED_PYTHONS[*]} (set PYTHON=, or remove $VENV)"
 
 if [ ! -x "$VENV/bin/python" ]; then
   step "creating $VENV with $("$PYTHON" --version)"
@@ -51,10 +81,11 @@ PY
 if [ "$installed_tf" != "$TF_VERSION" ]; then
   step "installing TensorFlow $TF_VERSION ($DEVICE) and tf-keras"
   "${INSTALL[@]}" "$TF_REQ" || die "could not install $TF_REQ"
+  TF_MINOR=${TF_VERSION%.*}
   # tntrun trains Keras 3; the legacy tf-keras is for development only: the hand-written
   # tf_keras baseline of bench/ and the tests that refuse a tf_keras model. It requires
   # `tensorflow`: beside tensorflow-cpu pip would install the same files a second time.
-  "${INSTALL[@]}" --no-deps "tf-keras~=2.18.0" || die "could not install tf-keras"
+  "${INSTALL[@]}" --no-deps "tf-keras~=$TF_MINOR.0" || die "could not install tf-keras"
 fi
 
 # Without the cpu/gpu extra: TensorFlow is in (above).
@@ -65,8 +96,8 @@ step "installing tntrun (editable) with its driver and dev dependencies"
 
 # Test-only: KerasHub, the Keras 3 library tests/zoo/test_keras_hub.py builds a user's model from.
 # Not a pyproject extra, because it needs --no-deps: keras-hub requires tensorflow-text>=2.20.1,
-# which requires `tensorflow` 2.20 and would replace TensorFlow $TF_VERSION (Horovod
-# $HOROVOD_VERSION does not build against 2.19 or later). keras_hub imports tensorflow_text
+# which requires the `tensorflow` distribution and would install it a second time beside
+# tensorflow-cpu (or replace TensorFlow $TF_VERSION with another). keras_hub imports tensorflow_text
 # only if it is there (for text models' tokenizers), so it is left out; keras-hub's other
 # requirements are installed as usual, with $TF_REQ named so that pip keeps it and what it
 # pins. `pip check` then reports only tensorflow-text missing for keras-hub.
@@ -97,30 +128,16 @@ import horovod.tensorflow  # noqa: F401  (fails if the TF extension was not buil
 PY
 }
 
-if ! horovod_ok >/dev/null 2>&1; then
-  cache_dir="${XDG_CACHE_HOME:-$HOME/.cache}/tntrun/wheels/py311-tf$TF_VERSION-$DEVICE"
-  wheel=$(ls "$cache_dir"/horovod-$HOROVOD_VERSION-*.whl 2>/dev/null | head -n1 || true)
-  if [ -z "$wheel" ]; then
-    step "building Horovod $HOROVOD_VERSION against TensorFlow $TF_VERSION (about 5 minutes, cached afterwards)"
-    command -v cmake >/dev/null || die "cmake is needed to build Horovod (apt-get install cmake)"
-    command -v g++ >/dev/null || die "g++ is needed to build Horovod (apt-get install g++)"
-    mkdir -p "$cache_dir"
-    build_env=(HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1
-               HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1
-               CMAKE_POLICY_VERSION_MINIMUM=3.5)
-    if [ "$DEVICE" = gpu ]; then
-      build_env+=(HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_CPU_OPERATIONS=GLOO)
-    else
-      build_env+=(HOROVOD_CPU_OPERATIONS=GLOO)
-    fi
-    env "${build_env[@]}" "$PY" -m pip wheel --no-build-isolation --no-deps --no-binary horovod \
-        -w "$cache_dir" "horovod==$HOROVOD_VERSION" > "$cache_dir/build.log" 2>&1 \
-      || { tail -n 40 "$cache_dir/build.log" >&2; die "Horovod build failed (full log: $cache_dir/build.log)"; }
-    wheel=$(ls "$cache_dir"/horovod-$HOROVOD_VERSION-*.whl | head -n1)
-  fi
-  step "installing $(basename "$wheel")"
+# Built (or taken from the cache) with the patches this TensorFlow and Python need; installed
+# when the environment does not hold that very wheel yet.
+wheel=$("$PY" "$ROOT/scripts/build_horovod.py" --device "$DEVICE" --cache "$CACHE" | tail -n1) \
+  || die "no Horovod $HOROVOD_VERSION for TensorFlow $TF_VERSION (the reason is above)"
+wheel_record="$VENV/.horovod-wheel"
+if [ "$(cat "$wheel_record" 2>/dev/null)" != "$wheel" ] || ! horovod_ok >/dev/null 2>&1; then
+  step "installing $(basename "$(dirname "$wheel")")/$(basename "$wheel")"
   "${INSTALL[@]}" --force-reinstall --no-deps "$wheel" || die "could not install $wheel"
-  why=$(horovod_ok 2>&1) || die "Horovod is unusable: ${why:-horovod.tensorflow does not import} (remove the cached wheel and rerun)"
+  why=$(horovod_ok 2>&1) || die "Horovod is unusable: ${why:-horovod.tensorflow does not import} (remove $(dirname "$wheel") and rerun)"
+  echo "$wheel" > "$wheel_record"
 fi
 
 # Real components the tests start, from Debian: chromium (the MLflow UI browser test;

@@ -25,19 +25,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.components import missing
 from tests.helpers.paths import ROOT
+from tests.helpers.stack import horovod_wheel, tensorflow_requirement
 
-TF_REQUIREMENT = "tensorflow-cpu==2.18.1"
+PYTHON = ".".join(map(str, sys.version_info[:2]))  # the fresh venv's, as this one's
+
 HOROVOD_REQUIREMENTS = ("cloudpickle", "psutil", "pyyaml", "packaging", "cffi")  # it has --no-deps
-HOROVOD_CACHE = (
-    Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    / "tntrun/wheels/py311-tf2.18.1-cpu"
-)  # scripts/setup_env.sh builds Horovod 0.28.1 into it
 # Not part of the build: the copy the wheel is built from leaves them out.
 NOT_SOURCE = (
     ".git",
-    ".venv",
+    ".venv*",
     "outputs",
     "build",
     "dist",
@@ -179,7 +176,7 @@ class FreshVenv:
 
     @property
     def site_packages(self) -> Path:
-        return self.root / "lib" / "python3.11" / "site-packages"
+        return self.root / "lib" / f"python{PYTHON}" / "site-packages"
 
 
 def fresh_environment(venv: Path) -> dict[str, str]:
@@ -206,21 +203,19 @@ WHERE = "import json, sys, tntrun; print(json.dumps([tntrun.__file__, sys.path])
 @pytest.fixture(scope="module")
 def fresh(wheel, tmp_path_factory, record_testsuite_property) -> Iterator[FreshVenv]:
     """A new virtual environment holding only PyPI's packages, Horovod and the tntrun wheel."""
-    horovod = sorted(HOROVOD_CACHE.glob("horovod-0.28.1-*.whl"))
-    if not horovod:
-        missing(f"a cached Horovod wheel in {HOROVOD_CACHE}", "run scripts/setup_env.sh")
+    horovod = horovod_wheel()
     root = tmp_path_factory.mktemp("fresh") / "venv"
     assert not inside_checkout(root)
-    base_python = shutil.which("python3.11") or sys.executable
+    base_python = getattr(sys, "_base_executable", sys.executable)  # the venv's interpreter
     start = time.monotonic()
     created = subprocess.run([base_python, "-m", "venv", root], capture_output=True, text=True)
-    check(created, "python3.11 -m venv")
+    check(created, f"python{PYTHON} -m venv")
     venv = FreshVenv(root, fresh_environment(root))
     pip = [str(venv.python), "-m", "pip", "install", "--quiet"]
     # --no-compile, then compileall on every core: pip compiles one file at a time, and
     # leaving it to the first run (driver and ranks compiling what they import) cost it 45 s.
     installed = subprocess.run(
-        [*pip, "--no-compile", TF_REQUIREMENT, *HOROVOD_REQUIREMENTS, str(wheel)],
+        [*pip, "--no-compile", tensorflow_requirement(), *HOROVOD_REQUIREMENTS, str(wheel)],
         capture_output=True,
         text=True,
         env=venv.env,
@@ -228,13 +223,13 @@ def fresh(wheel, tmp_path_factory, record_testsuite_property) -> Iterator[FreshV
     )
     check(installed, "pip install of TensorFlow, Horovod's dependencies and the tntrun wheel")
     installed = subprocess.run(
-        [*pip, "--no-compile", "--no-deps", str(horovod[-1])],
+        [*pip, "--no-compile", "--no-deps", str(horovod)],
         capture_output=True,
         text=True,
         env=venv.env,
         timeout=300,
     )
-    check(installed, f"pip install --no-deps {horovod[-1].name}")
+    check(installed, f"pip install --no-deps {horovod.name}")
     timed("venv and pip install", time.monotonic() - start, record_testsuite_property)
     start = time.monotonic()
     compiled = subprocess.run(
