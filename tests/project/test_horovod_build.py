@@ -1,0 +1,101 @@
+"""The Horovod build tntrun carries: scripts/build_horovod.py and its patches (scripts/horovod/).
+
+Horovod 0.28.1 is unmaintained and does not build against TensorFlow 2.19+ as released, so
+the set-up applies the patches whose condition in ``series`` holds for the environment.
+The fast tests check that choice and that the installed wheel was built with exactly it;
+the slow one runs a user's Horovod script on two ranks, which only the patches make work.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+
+import pytest
+
+from tests.helpers.commands import run_on_two_ranks
+from tests.helpers.paths import RANK_SCRIPTS, ROOT
+from tests.helpers.stack import horovod_wheel, tensorflow_version
+
+PATCHES = ROOT / "scripts" / "horovod"
+SERIES = (PATCHES / "series").read_text()
+PYTHON = ".".join(map(str, sys.version_info[:2]))
+
+
+def load_build_script():
+    path = ROOT / "scripts" / "build_horovod.py"
+    spec = importlib.util.spec_from_file_location("build_horovod", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+build = load_build_script()
+XLA, BROADCAST, DISTUTILS = (
+    "tf2.19-leave-out-xla-ops.patch",
+    "keras3-broadcast-variables.patch",
+    "python3.12-no-distutils.patch",
+)
+
+
+@pytest.mark.parametrize(
+    ("tensorflow", "python", "expected"),
+    [
+        ("2.18.1", "3.11", [BROADCAST]),
+        ("2.18.1", "3.12", [BROADCAST, DISTUTILS]),
+        ("2.19.0", "3.11", [XLA, BROADCAST]),
+        ("2.21.0", "3.13", [XLA, BROADCAST, DISTUTILS]),
+        ("2.22.0rc1", "3.12", [XLA, BROADCAST, DISTUTILS]),
+    ],
+)
+def test_each_environment_gets_the_patches_its_versions_need(tensorflow, python, expected):
+    versions = {"tensorflow": tensorflow, "python": python}
+    assert build.select_patches(SERIES, versions) == expected
+
+
+def test_conditions_combine_and_bad_ones_are_named():
+    versions = {"tensorflow": "2.20.0", "python": "3.12"}
+    assert build.holds("tensorflow>=2.19,tensorflow<2.21", versions)
+    assert not build.holds("tensorflow>=2.19,python<3.12", versions)
+    with pytest.raises(build.BuildError, match="'cuda'"):
+        build.holds("cuda>=12", versions)
+    with pytest.raises(build.BuildError, match="'tensorflow==2.20'"):
+        build.holds("tensorflow==2.20", versions)
+
+
+def test_every_patch_is_in_the_series_and_says_what_and_why():
+    listed = build.select_patches(SERIES, {"tensorflow": "99", "python": "99"})
+    on_disk = sorted(p.name for p in PATCHES.glob("*.patch"))
+    assert sorted(listed) == on_disk
+    for name in on_disk:
+        header = (PATCHES / name).read_text().split("\n--- a/", 1)[0]
+        assert "Upstream" in header and len(header.splitlines()) >= 5, name
+
+
+def test_a_changed_patch_is_a_new_cached_wheel(tmp_path, monkeypatch):
+    before = build.patch_set_id([BROADCAST])
+    copy = tmp_path / "horovod"
+    copy.mkdir()
+    (copy / BROADCAST).write_text((PATCHES / BROADCAST).read_text() + "\n")
+    monkeypatch.setattr(build, "PATCHES", copy)
+    assert build.patch_set_id([BROADCAST]) != before
+
+
+def test_the_installed_horovod_was_built_here_with_the_patches_this_environment_needs():
+    record = json.loads((horovod_wheel().parent / "build.json").read_text())
+    versions = {"tensorflow": tensorflow_version(), "python": PYTHON}
+    assert record["tensorflow"] == tensorflow_version() and record["python"] == PYTHON
+    assert record["patches"] == build.select_patches(SERIES, versions)
+
+
+@pytest.mark.slow
+def test_a_users_horovod_script_broadcasts_keras3_variables_on_two_ranks():
+    result = run_on_two_ranks(RANK_SCRIPTS / "patched_horovod.py")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    ranks = [json.loads(line.split("RESULT ", 1)[1]) for line in lines if "RESULT {" in line]
+    assert sorted(r["rank"] for r in ranks) == [0, 1], result.stdout[-3000:]
+    for rank in ranks:
+        assert rank["keras"].startswith("3.") and rank["tensorflow"] == tensorflow_version()
+        assert rank["spread_before"] > 1e-3 and rank["spread_after"] == 0.0, rank
