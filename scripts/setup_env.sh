@@ -15,6 +15,7 @@ set -euo pipefail
 VENV=${1:-.venv}
 DEVICE=${TNTRUN_DEVICE:-cpu}
 TF_VERSION=${TNTRUN_TF_VERSION:-2.21.0}
+TF_MINOR=${TF_VERSION%.*}
 HOROVOD_VERSION=0.28.1
 SUPPORTED_PYTHONS=(3.13 3.12 3.11)  # newest first: TensorFlow 2.21 has wheels for each
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -81,7 +82,6 @@ PY
 if [ "$installed_tf" != "$TF_VERSION" ]; then
   step "installing TensorFlow $TF_VERSION ($DEVICE) and tf-keras"
   "${INSTALL[@]}" "$TF_REQ" || die "could not install $TF_REQ"
-  TF_MINOR=${TF_VERSION%.*}
   # tntrun trains Keras 3; the legacy tf-keras is for development only: the hand-written
   # tf_keras baseline of bench/ and the tests that refuse a tf_keras model. It requires
   # `tensorflow`: beside tensorflow-cpu pip would install the same files a second time.
@@ -91,8 +91,10 @@ fi
 # Without the cpu/gpu extra: TensorFlow is in (above).
 step "installing tntrun (editable) with its driver and dev dependencies"
 "${INSTALL[@]}" -e "$ROOT[dev,sweepers,postgres]" || die "pip install -e .[dev,sweepers,postgres] failed"
-# Horovod's runtime dependencies (it is installed with --no-deps below).
-"${INSTALL[@]}" cloudpickle psutil pyyaml packaging cffi || die "could not install Horovod's dependencies"
+# Horovod's runtime dependencies (it is installed with --no-deps below), and TensorBoard for
+# train.tensorboard (what the cpu/gpu extras add; TensorFlow 2.20+ no longer requires it).
+"${INSTALL[@]}" cloudpickle psutil pyyaml packaging cffi "tensorboard~=$TF_MINOR.0" \
+  || die "could not install Horovod's dependencies and TensorBoard"
 
 # Test-only: KerasHub, the Keras 3 library tests/zoo/test_keras_hub.py builds a user's model from.
 # Not a pyproject extra, because it needs --no-deps: keras-hub requires tensorflow-text>=2.20.1,

@@ -29,7 +29,7 @@ from tntrun.errors import PlanError
 from tntrun.experiment import EXIT_INTERRUPTED, Experiment, RunResult, config_error
 from tntrun.launch import keras_override_note, with_launch_command
 from tntrun.launch.supervisor import Outcome, Supervisor
-from tntrun.planning.machine import device_problems, machine_facts
+from tntrun.planning.machine import device_problems, machine_facts, tensorboard_problems
 from tntrun.planning.plan import Plan, build_plan
 from tntrun.planning.resume import AUTO, ResumedRun, first_resumable, load_resumed_run
 from tntrun.planning.schedule_chart import write_schedule_chart
@@ -101,6 +101,7 @@ def run(exp: Experiment) -> RunResult:
         dry_run(cfg, plan, run_dir, sized.assumed)
         return RunResult("PLANNED", 0, run_dir, plan=plan)
     problems = device_problems(plan.hosts, plan.gpus_per_node, machine_facts())
+    problems += tensorboard_problems(cfg.train.tensorboard)
     problems = problems or tracker.problems()
     if problems:
         return config_error(problems, run_dir)

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 
 import pytest
 
-from tntrun.planning.machine import MachineFacts, count_gpus, device_problems
+from tntrun.planning.machine import (
+    MachineFacts,
+    count_gpus,
+    device_problems,
+    tensorboard_problems,
+)
 
 
 @pytest.mark.slow
@@ -48,3 +54,14 @@ def test_a_rank_planned_with_a_gpu_that_sees_none_stops_with_one_line():
     assert result.returncode != 0
     assert "MissingDevice: gpus=1: TensorFlow on rank 0 (" in result.stderr
     assert "sees no GPU" in result.stderr and "or set gpus=0" in result.stderr
+
+
+def test_tensorboard_asked_without_tensorboard_installed_is_one_line(monkeypatch):
+    assert tensorboard_problems(False) == []
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name: None if name == "tensorboard" else real(name)
+    )
+    (problem,) = tensorboard_problems(True)
+    assert problem.startswith("train.tensorboard=true:") and "pip install tensorboard" in problem
+    assert tensorboard_problems(False) == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import os
 import platform
 import re
@@ -102,5 +103,17 @@ def device_problems(hosts: Sequence[tuple[str, int]], gpus: int, facts: MachineF
             f"gpus={gpus}: this node ({facts.hostname}) shows {facts.gpus} GPU(s) "
             f"({facts.gpu_probe}): run on a node with {gpus} GPUs or set gpus=0 for CPU "
             "ranks"
+        ]
+    return []
+
+
+def tensorboard_problems(wanted: bool) -> list[str]:
+    """``train.tensorboard`` without TensorBoard installed: TensorFlow 2.20+ no longer
+    requires it, and the master rank would fail at its first logged step."""
+    if wanted and importlib.util.find_spec("tensorboard") is None:
+        return [
+            "train.tensorboard=true: TensorBoard is not installed in this environment: "
+            "pip install tensorboard (tntrun's cpu and gpu extras bring it), or set "
+            "train.tensorboard=false"
         ]
     return []
