@@ -22,6 +22,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tarfile
 import tempfile
 from pathlib import Path
@@ -41,7 +42,11 @@ BUILD_ENV = {
     "HOROVOD_CPU_OPERATIONS": "GLOO",
     "CMAKE_POLICY_VERSION_MINIMUM": "3.5",
 }
-DEVICE_ENV = {"cpu": {}, "gpu": {"HOROVOD_GPU_OPERATIONS": "NCCL"}}
+DEVICE_ENV = {"cpu": {}, "gpu": {"HOROVOD_GPU_OPERATIONS": "NCCL", "HOROVOD_NCCL_LINK": "SHARED"}}
+# Where mpi_lib*.so (site-packages/horovod/tensorflow/) finds the libnccl.so.2 of the pip
+# package nvidia-nccl-cu12 (site-packages/nvidia/nccl/lib) at load time: TensorFlow does not
+# load NCCL before Horovod's library, which needs it.
+NCCL_RUNPATH = "-Wl,-rpath,$ORIGIN/../../nvidia/nccl/lib"
 
 
 class BuildError(RuntimeError):
@@ -59,35 +64,39 @@ def version_tuple(text: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-def holds(condition: str, versions: dict[str, str]) -> bool:
-    """Whether a series condition (``always``, ``tensorflow>=2.19``, ``python<3.12``, ...)
-    holds for ``versions`` (name -> version). Several conditions, comma-separated, all hold."""
+def holds(condition: str, facts: dict[str, str]) -> bool:
+    """Whether a series condition (``always``, ``tensorflow>=2.19``, ``python<3.12``,
+    ``device==gpu``) holds for ``facts`` (name -> version or value). Several conditions,
+    comma-separated, must all hold."""
     if condition == "always":
         return True
-    for clause in condition.split(","):
-        for operator in (">=", "<"):
-            name, found, bound = clause.strip().partition(operator)
-            if found:
-                break
-        else:
-            raise BuildError(f"series: condition {clause!r} is not 'name>=version' or '<'")
-        if name not in versions:
-            raise BuildError(f"series: {name!r} is not one of {sorted(versions)}")
-        below = version_tuple(versions[name]) < version_tuple(bound)
-        if below == (operator == ">="):
-            return False
-    return True
+    return all(clause_holds(clause.strip(), facts) for clause in condition.split(","))
 
 
-def select_patches(series: str, versions: dict[str, str]) -> list[str]:
-    """The patch files of ``series`` whose condition holds for ``versions``, in order."""
+def clause_holds(clause: str, facts: dict[str, str]) -> bool:
+    for operator in ("==", ">=", "<"):
+        name, found, bound = clause.partition(operator)
+        if found:
+            break
+    else:
+        raise BuildError(f"series: condition {clause!r} is not name>=version, <version or ==value")
+    if name not in facts:
+        raise BuildError(f"series: {name!r} is not one of {sorted(facts)}")
+    if operator == "==":
+        return facts[name] == bound
+    below = version_tuple(facts[name]) < version_tuple(bound)
+    return below == (operator == "<")
+
+
+def select_patches(series: str, facts: dict[str, str]) -> list[str]:
+    """The patch files of ``series`` whose condition holds for ``facts``, in order."""
     chosen = []
     for line in series.splitlines():
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
         name, _, condition = line.partition(" ")
-        if holds(condition.strip() or "always", versions):
+        if holds(condition.strip() or "always", facts):
             chosen.append(name)
     return chosen
 
@@ -145,9 +154,42 @@ def patched_source(sdist: Path, patches: list[str], into: Path) -> Path:
     return source
 
 
+def cuda_home() -> str:
+    """The CUDA toolkit Horovod compiles its kernels with: HOROVOD_CUDA_HOME, else
+    /usr/local/cuda. CMake's FindCUDAToolkit needs its bin/nvcc beside include/ and lib64/ (a
+    wrapper such as /usr/local/bin/nvcc is not enough). PyPI has no CUDA 12 nvcc
+    (nvidia-cuda-nvcc-cu12 ships ptxas only), so this is the system's toolkit; the CUDA
+    runtime calls bind to TensorFlow's libcudart at run time."""
+    home = os.environ.get("HOROVOD_CUDA_HOME", "/usr/local/cuda")
+    if not (Path(home) / "bin" / "nvcc").exists():
+        raise BuildError(f"no {home}/bin/nvcc: set HOROVOD_CUDA_HOME to a CUDA toolkit")
+    return home
+
+
+def nccl_env(scratch: Path) -> dict[str, str]:
+    """The switches that point Horovod's CMake at the NCCL TensorFlow's GPU wheel brings.
+    The pip package ships only ``libnccl.so.2`` and Horovod's FindNCCL looks for
+    ``libnccl.so``: a symlink in ``scratch`` stands in for it during the build."""
+    nccl = Path(sysconfig.get_paths()["purelib"]) / "nvidia" / "nccl"
+    library = nccl / "lib" / "libnccl.so.2"
+    if not (nccl / "include" / "nccl.h").exists() or not library.exists():
+        raise BuildError(f"no NCCL in {nccl}: install tensorflow[and-cuda] (nvidia-nccl-cu12)")
+    folder = scratch / "nccl-lib"
+    folder.mkdir()
+    (folder / "libnccl.so").symlink_to(library)
+    return {
+        "HOROVOD_CUDA_HOME": cuda_home(),
+        "HOROVOD_NCCL_INCLUDE": str(nccl / "include"),
+        "HOROVOD_NCCL_LIB": str(folder),
+        "LDFLAGS": " ".join(filter(None, [os.environ.get("LDFLAGS", ""), NCCL_RUNPATH])),
+    }
+
+
 def build_wheel(source: Path, device: str, out: Path, log: Path) -> Path:
     """``pip wheel`` of the patched source against this environment's TensorFlow."""
     env = {**os.environ, **BUILD_ENV, **DEVICE_ENV[device]}
+    if device == "gpu":
+        env.update(nccl_env(source.parent))
     pip = [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-v"]
     with log.open("w") as sink:
         command = [*pip, "-w", str(out), str(source)]
@@ -169,9 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     tensorflow = "unknown"
     try:
         tensorflow = installed_tensorflow()
-        patches = select_patches(
-            (PATCHES / "series").read_text(), {"tensorflow": tensorflow, "python": python}
-        )
+        facts = {"tensorflow": tensorflow, "python": python, "device": args.device}
+        patches = select_patches((PATCHES / "series").read_text(), facts)
         key = f"py{python.replace('.', '')}-tf{tensorflow}-{args.device}-p{patch_set_id(patches)}"
         out = args.cache / "wheels" / key
         wheels = sorted(out.glob(f"horovod-{HOROVOD_VERSION}-*.whl"))

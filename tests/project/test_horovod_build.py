@@ -32,40 +32,46 @@ def load_build_script():
 
 
 build = load_build_script()
-XLA, BROADCAST, DISTUTILS = (
+XLA, BROADCAST, DISTUTILS, STREAM = (
     "tf2.19-leave-out-xla-ops.patch",
     "keras3-broadcast-variables.patch",
     "python3.12-no-distutils.patch",
+    "tf2.21-gpu-stream-handle.patch",
 )
 
 
 @pytest.mark.parametrize(
-    ("tensorflow", "python", "expected"),
+    ("tensorflow", "python", "device", "expected"),
     [
-        ("2.18.1", "3.11", [BROADCAST]),
-        ("2.18.1", "3.12", [BROADCAST, DISTUTILS]),
-        ("2.19.0", "3.11", [XLA, BROADCAST]),
-        ("2.21.0", "3.13", [XLA, BROADCAST, DISTUTILS]),
-        ("2.22.0rc1", "3.12", [XLA, BROADCAST, DISTUTILS]),
+        ("2.18.1", "3.11", "cpu", [BROADCAST]),
+        ("2.18.1", "3.12", "gpu", [BROADCAST, DISTUTILS]),
+        ("2.19.0", "3.11", "cpu", [XLA, BROADCAST]),
+        ("2.21.0", "3.13", "cpu", [XLA, BROADCAST, DISTUTILS]),
+        ("2.21.0", "3.13", "gpu", [XLA, BROADCAST, DISTUTILS, STREAM]),
+        ("2.20.0", "3.12", "gpu", [XLA, BROADCAST, DISTUTILS]),
+        ("2.22.0rc1", "3.12", "cpu", [XLA, BROADCAST, DISTUTILS]),
     ],
 )
-def test_each_environment_gets_the_patches_its_versions_need(tensorflow, python, expected):
-    versions = {"tensorflow": tensorflow, "python": python}
-    assert build.select_patches(SERIES, versions) == expected
+def test_each_build_gets_the_patches_its_versions_and_device_need(
+    tensorflow, python, device, expected
+):
+    facts = {"tensorflow": tensorflow, "python": python, "device": device}
+    assert build.select_patches(SERIES, facts) == expected
 
 
 def test_conditions_combine_and_bad_ones_are_named():
-    versions = {"tensorflow": "2.20.0", "python": "3.12"}
-    assert build.holds("tensorflow>=2.19,tensorflow<2.21", versions)
-    assert not build.holds("tensorflow>=2.19,python<3.12", versions)
+    facts = {"tensorflow": "2.20.0", "python": "3.12", "device": "gpu"}
+    assert build.holds("tensorflow>=2.19,tensorflow<2.21,device==gpu", facts)
+    assert not build.holds("tensorflow>=2.19,python<3.12", facts)
+    assert not build.holds("device==cpu", facts)
     with pytest.raises(build.BuildError, match="'cuda'"):
-        build.holds("cuda>=12", versions)
-    with pytest.raises(build.BuildError, match="'tensorflow==2.20'"):
-        build.holds("tensorflow==2.20", versions)
+        build.holds("cuda>=12", facts)
+    with pytest.raises(build.BuildError, match="'tensorflow~=2.20'"):
+        build.holds("tensorflow~=2.20", facts)
 
 
 def test_every_patch_is_in_the_series_and_says_what_and_why():
-    listed = build.select_patches(SERIES, {"tensorflow": "99", "python": "99"})
+    listed = build.select_patches(SERIES, {"tensorflow": "99", "python": "99", "device": "gpu"})
     on_disk = sorted(p.name for p in PATCHES.glob("*.patch"))
     assert sorted(listed) == on_disk
     for name in on_disk:
@@ -84,9 +90,9 @@ def test_a_changed_patch_is_a_new_cached_wheel(tmp_path, monkeypatch):
 
 def test_the_installed_horovod_was_built_here_with_the_patches_this_environment_needs():
     record = json.loads((horovod_wheel().parent / "build.json").read_text())
-    versions = {"tensorflow": tensorflow_version(), "python": PYTHON}
+    facts = {"tensorflow": tensorflow_version(), "python": PYTHON, "device": record["device"]}
     assert record["tensorflow"] == tensorflow_version() and record["python"] == PYTHON
-    assert record["patches"] == build.select_patches(SERIES, versions)
+    assert record["patches"] == build.select_patches(SERIES, facts)
 
 
 @pytest.mark.slow
