@@ -34,6 +34,12 @@ def test_default_plan_splits_global_batch_over_two_cpu_ranks(compose_cfg):
     env = dict(plan.launch_env)
     assert env["KERAS_BACKEND"] == "tensorflow" and env["TF_USE_LEGACY_KERAS"] == "0"
     assert env["CUDA_VISIBLE_DEVICES"] == "-1"
+    assert env["TF_CPP_MIN_LOG_LEVEL"] == "3"  # TensorFlow's C++ chatter off
+
+
+def test_the_users_tensorflow_log_level_reaches_the_ranks(compose_cfg):
+    facts = MachineFacts(cores_per_node=2, env={"TF_CPP_MIN_LOG_LEVEL": "0"})
+    assert dict(plan_for(compose_cfg, facts=facts).launch_env)["TF_CPP_MIN_LOG_LEVEL"] == "0"
 
 
 def test_two_nodes_of_four_gpus(compose_cfg):

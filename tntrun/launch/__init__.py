@@ -82,8 +82,9 @@ def keras_override_note(environ: Mapping[str, str]) -> str | None:
 
 def base_environment(spec: LaunchSpec) -> dict[str, str]:
     """What every rank gets, whatever starts it."""
-    # TensorFlow's C++ start-up chatter off (Python errors still surface).
-    env = {**RANK_KERAS, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    # TensorFlow's C++ chatter off (Python errors still surface), unless the user asked for
+    # a level: TF_CPP_MIN_LOG_LEVEL=0 shows XLA's "Compiled cluster" line, for one.
+    env = {**RANK_KERAS, "TF_CPP_MIN_LOG_LEVEL": spec.env.get("TF_CPP_MIN_LOG_LEVEL", "3")}
     if spec.cpu_only:
         env["CUDA_VISIBLE_DEVICES"] = "-1"  # CPU ranks: keep TensorFlow off any GPU
     return env
