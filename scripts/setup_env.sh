@@ -52,7 +52,11 @@ find_python() {
   done
   return 1
 }
+minor_of() { "$1" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null; }
 if [ -x "$VENV/bin/python" ]; then
+  if [ -n "${PYTHON:-}" ] && [ "$(minor_of "$PYTHON")" != "$(minor_of "$VENV/bin/python")" ]; then
+    die "PYTHON=$PYTHON, but $VENV has Python $(minor_of "$VENV/bin/python"): remove $VENV to change it"
+  fi
   PYTHON="$VENV/bin/python"
 elif [ -n "${PYTHON:-}" ]; then
   command -v "$PYTHON" >/dev/null || die "PYTHON=$PYTHON not found"

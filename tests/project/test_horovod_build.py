@@ -8,9 +8,11 @@ the slow one runs a user's Horovod script on two ranks, which only the patches m
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import sys
+import tarfile
 
 import pytest
 
@@ -105,3 +107,28 @@ def test_a_users_horovod_script_broadcasts_keras3_variables_on_two_ranks():
     for rank in ranks:
         assert rank["keras"].startswith("3.") and rank["tensorflow"] == tensorflow_version()
         assert rank["spread_before"] > 1e-3 and rank["spread_after"] == 0.0, rank
+
+
+@pytest.mark.slow
+def test_a_failed_build_is_one_line_naming_the_versions_and_the_log(tmp_path, capsys):
+    """A real ``pip wheel`` of a source that fails to build, as a compiler error would."""
+    source = tmp_path / "src" / f"horovod-{build.HOROVOD_VERSION}"
+    source.mkdir(parents=True)
+    (source / "setup.py").write_text("raise SystemExit('error: xla_mpi_ops.cc: no such header')\n")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with tarfile.open(cache / f"horovod-{build.HOROVOD_VERSION}.tar.gz", "w:gz") as archive:
+        archive.add(source, arcname=source.name)
+    sdist_sha = hashlib.sha256((cache / f"horovod-{build.HOROVOD_VERSION}.tar.gz").read_bytes())
+    series = tmp_path / "patches"
+    series.mkdir()
+    (series / "series").write_text("")  # no patches for this source
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(build, "SDIST_SHA256", sdist_sha.hexdigest())
+        patch.setattr(build, "PATCHES", series)
+        assert build.main(["--device", "cpu", "--cache", str(cache)]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()[-1:]
+    log = next((cache / "wheels").glob("*/build.log"))
+    assert line.startswith(f"Horovod 0.28.1 for TensorFlow {tensorflow_version()} (cpu, Python ")
+    assert f"the build failed (full log: {log})" in line
+    assert "no such header" in log.read_text()
