@@ -15,7 +15,7 @@ ARGS ?=
 .PHONY: setup run test check lint ui clean compat-tf2.18
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml scripts/setup_env.sh
+$(STAMP): pyproject.toml scripts/setup_env.sh scripts/build_horovod.py $(wildcard scripts/horovod/*)
 	bash scripts/setup_env.sh $(VENV)
 	touch $@
 
