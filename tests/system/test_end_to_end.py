@@ -76,6 +76,10 @@ def test_default_experiment_trains_on_two_ranks_and_logs_to_mlflow(run_tntrun, t
     assert f"final val_accuracy: {run.data.metrics['val_accuracy']:.4f}" in out
     assert f"MLflow run id: {run.info.run_id}" in out
     assert "mlflow server --backend-store-uri sqlite:///" in out
+    # TensorFlow's start-up notices stay off the console (2.21 logs oneDNN's
+    # before TF_CPP_MIN_LOG_LEVEL applies).
+    console = out + result.stderr
+    assert "oneDNN custom operations" not in console and "absl::InitializeLog" not in console
 
 
 def test_a_failing_rank_marks_the_run_failed(run_tntrun, tmp_path):

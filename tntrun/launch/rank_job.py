@@ -22,11 +22,13 @@ from tntrun.launch.watchdog import StallWatchdog
 
 GRACE_SECONDS = 5  # SIGINT first, SIGKILL to what is left after this
 # TensorFlow's import-time messages that no log level silences and that say
-# nothing about the run (CUDA plugin registration in a CPU-only process). They
-# stay in the run's log file; the console skips them.
+# nothing about the run (CUDA plugin registration in a CPU-only process; from 2.19
+# on, oneDNN's notice, logged before TF_CPP_MIN_LOG_LEVEL applies). They stay in
+# the run's log file; the console skips them.
 START_UP_NOISE = re.compile(
     r"Unable to register cu(DNN|BLAS|FFT) factory"
     r"|All log messages before absl::InitializeLog\(\) is called"
+    r"|\] oneDNN custom operations are on\."
 )
 
 
