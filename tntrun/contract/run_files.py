@@ -30,6 +30,8 @@ RESTARTS = "restarts"  # folder: attempt-<N>/ with the logs and traceback of eac
 CHECKPOINTS = "checkpoints"  # folder: epoch-NNNN checkpoints, and best/ (checkpoint.monitor)
 NONFINITE = "nonfinite.jsonl"  # rank 0: one line per non-finite loss (failure or rollback)
 PRECISION = "precision.json"  # rank 0, at train begin: the dtypes its built model computes in
+# rank 0: a callback (EarlyStopping, ...) stopped training at an epoch's end, agreed by all ranks
+STOPPED_EARLY = "stopped_early.json"
 # Preemption: the driver asks the ranks to stop (it got SIGTERM or train.preempt_signals);
 # rank 0 records where they stopped together and the checkpoint written there.
 STOP_REQUEST = "stop.request"

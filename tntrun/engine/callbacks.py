@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import horovod.tensorflow as hvd
 import keras
 import numpy as np
 import tensorflow as tf
@@ -177,6 +178,62 @@ class WeightSyncGuard(keras.callbacks.Callback):
 
     def on_train_end(self, logs=None):
         self._check("at the end of training")
+
+
+class StopAgreement:
+    """Every rank stops after the same epoch when any callback asks (``stop_training``).
+
+    A callback that stops training at an epoch's end (EarlyStopping, TerminateOnNaN, a
+    user's own reading local state) may decide on one rank only; that rank would leave
+    ``fit`` while the others wait in the next step's allreduce. ``before`` goes ahead of
+    the users' callbacks and notes whether the epoch's steps already stopped training
+    (preemption, the NaN guard: agreed per step); ``after`` follows them and agrees on
+    their decision with one allgather, so all ranks stop. Rank 0 records an early stop in
+    ``stopped_early.json`` and says so on the console.
+    """
+
+    def __init__(self, run_dir: Path, rank: int, epochs: int) -> None:
+        self.run_dir, self.rank, self.epochs = run_dir, rank, epochs
+        self.stopped_at: int | None = None  # the epoch (0-based) a callback stopped after
+        self._stopped_by_steps = False
+        self.before = _OnEpochEnd(self._note_steps, self)
+        self.after = _OnEpochEnd(self._agree, self)
+
+    def _note_steps(self, model, epoch: int) -> None:
+        self._stopped_by_steps = bool(model.stop_training)
+
+    def _agree(self, model, epoch: int) -> None:
+        asked = tf.constant([int(bool(model.stop_training))], tf.int32)
+        by_rank = hvd.allgather(asked, name=f"stop_agreement.{epoch}").numpy().tolist()
+        if not any(by_rank):
+            return
+        model.stop_training = True
+        if self._stopped_by_steps or epoch + 1 >= self.epochs:
+            return
+        self.stopped_at = epoch
+        if self.rank == 0:
+            ranks = [rank for rank, flag in enumerate(by_rank) if flag]
+            record = {"epoch": epoch + 1, "epochs": self.epochs, "ranks": ranks}
+            (self.run_dir / run_files.STOPPED_EARLY).write_text(json.dumps(record))
+            print(
+                f"training stopped early after epoch {epoch + 1} of {self.epochs}: a callback "
+                f"set stop_training on rank(s) {ranks}; every rank stops here",
+                flush=True,
+            )
+
+
+def stopped_early(callbacks: list[keras.callbacks.Callback]) -> bool:
+    """Whether a :class:`StopAgreement` among ``callbacks`` saw a callback stop training."""
+    return any(isinstance(c, _OnEpochEnd) and c.owner.stopped_at is not None for c in callbacks)
+
+
+class _OnEpochEnd(keras.callbacks.Callback):
+    def __init__(self, action: Callable[[Any, int], None], owner: StopAgreement) -> None:
+        super().__init__()
+        self._action, self.owner = action, owner
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._action(self.model, epoch)
 
 
 class Throughput(keras.callbacks.Callback):

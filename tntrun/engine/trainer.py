@@ -42,6 +42,17 @@ from tntrun.planning.plan import Plan
 
 COMPRESSION = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16}
 RANK_SCOPES = ("all_ranks", "master_only")
+# Callbacks that write files or report (one writer is enough): without a ``ranks`` key they
+# run on the master rank only; every other callback runs on all ranks, so a callback that
+# changes training (EarlyStopping, ReduceLROnPlateau, a user's own) decides on each.
+MASTER_ONLY_CLASSES = (
+    keras.callbacks.ModelCheckpoint,
+    keras.callbacks.CSVLogger,
+    keras.callbacks.TensorBoard,
+    keras.callbacks.BackupAndRestore,
+    keras.callbacks.RemoteMonitor,
+    keras.callbacks.ProgbarLogger,
+)
 
 
 def _progress_line(metrics: dict[str, float], epoch: int, epochs: int) -> str:
@@ -56,15 +67,21 @@ def _progress_line(metrics: dict[str, float], epoch: int, epochs: int) -> str:
 
 
 def user_callbacks(specs: dict[str, Any], is_master: bool) -> list[keras.callbacks.Callback]:
-    """Instantiate ``callbacks.<name>`` entries meant for this rank (``ranks`` key)."""
+    """Instantiate ``callbacks.<name>`` entries meant for this rank: its ``ranks`` key, else
+    the master rank for file writers and loggers (MASTER_ONLY_CLASSES), all ranks for the rest."""
     chosen = []
     for name, spec in specs.items():
         spec = dict(spec)
-        scope = spec.pop("ranks", "master_only")
-        if scope not in RANK_SCOPES:
+        scope = spec.pop("ranks", None)
+        if scope not in (None, *RANK_SCOPES):
             raise ValueError(f"callbacks.{name}.ranks={scope!r}: use all_ranks or master_only")
+        if scope == "master_only" and not is_master:
+            continue  # not even built: its constructor may have side effects
+        callback = instantiate(spec)
+        if scope is None:
+            scope = "master_only" if isinstance(callback, MASTER_ONLY_CLASSES) else "all_ranks"
         if scope == "all_ranks" or is_master:
-            chosen.append(instantiate(spec))
+            chosen.append(callback)
     return chosen
 
 
@@ -234,7 +251,10 @@ def train(
                 metrics_log.log if metrics_log else None,
             )
         )
+    stop_agreement = cb.StopAgreement(run_dir, rank, plan.epochs)
+    callbacks.append(stop_agreement.before)
     callbacks += user_callbacks(OmegaConf.to_container(cfg.callbacks, resolve=True), rank == 0)
+    callbacks.append(stop_agreement.after)  # before rank 0's checkpoint: it sees the stop
     if metrics_log is not None:
         if info.task == "translation" and hasattr(dataset, "val_text"):
             callbacks.append(
@@ -376,7 +396,7 @@ def fit_from(
         )
         epoch += 1
         train_ds = stream(epoch) if epoch < plan.epochs else None
-    if epoch < plan.epochs:
+    if epoch < plan.epochs and not cb.stopped_early(callbacks):
         history = model.fit(
             train_ds,
             epochs=plan.epochs,

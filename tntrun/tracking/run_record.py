@@ -65,7 +65,8 @@ def record_outputs(
         tracker.log_artifact(folder, path("best"))
         tracker.set_tag("best.epoch", str(found["epoch"]))
         tracker.set_tag(f"best.{found['monitor']}", f"{found['value']:.6g}")
-    for key, value in {**nonfinite_tags(run_dir), **preemption_tags(run_dir)}.items():
+    tags = {**nonfinite_tags(run_dir), **preemption_tags(run_dir), **stopped_early_tags(run_dir)}
+    for key, value in tags.items():
         tracker.set_tag(key, value)
     if stalled:
         tracker.set_tag("failure.stalled", stalled)
@@ -97,6 +98,16 @@ def nonfinite_tags(run_dir: Path) -> dict[str, str]:
     rollbacks = sum(event["action"] == "rollback" for event in events)
     tags["rollbacks"] = str(rollbacks)
     return tags
+
+
+def stopped_early_tags(run_dir: Path) -> dict[str, str]:
+    """The ``stopped_early`` tag from rank 0's record: a callback stopped training after an
+    epoch (EarlyStopping, ...), every rank with it."""
+    path = run_dir / run_files.STOPPED_EARLY
+    if not path.is_file():
+        return {}
+    record = json.loads(path.read_text())
+    return {"stopped_early": f"epoch {record['epoch']} of {record['epochs']}"}
 
 
 def preemption_tags(run_dir: Path) -> dict[str, str]:

@@ -1,0 +1,81 @@
+"""Keras callbacks as users add them, on two real ranks: a callback that stops training stops
+every rank after the same epoch (no rank left waiting in an allreduce), and the run says so.
+
+Before, a callback without a ``ranks`` key ran on rank 0 only: EarlyStopping stopped rank 0
+and rank 1 waited until the stall watchdog ended the job (``train.stall_timeout_s``).
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.helpers.commands import tntrun_cli
+from tests.helpers.runs import run_dir_of, store_uri
+from tntrun.contract import run_files
+
+pytestmark = pytest.mark.slow
+
+EPOCHS = 10
+# Stops after epoch 2: epoch 1 sets the best value, epoch 2 cannot improve it by min_delta.
+EARLY_STOPPING = (
+    "+callbacks.es._target_=keras.callbacks.EarlyStopping",
+    "+callbacks.es.patience=1",
+    "+callbacks.es.min_delta=100",
+)
+# A user's callback deciding from local state: only rank 1 asks to stop, after epoch 3.
+STOP_ON_RANK_1 = """
+    import horovod.tensorflow as hvd
+    import keras
+
+
+    class StopOnRank1(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            if hvd.rank() == 1 and epoch == 2:
+                self.model.stop_training = True
+"""
+
+
+def run_stopped_early(work, *overrides: str, epochs: int = EPOCHS):
+    """A run of ``epochs`` epochs with ``overrides``: its MLflow run, stdout, run dir and the
+    epochs it logged."""
+    result = tntrun_cli(work, f"train.epochs={epochs}", "tracking.system_metrics=false", *overrides)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    run_dir = run_dir_of(result)
+    client = MlflowClient(store_uri(work))
+    run = client.get_run((run_dir / "run_id").read_text())
+    assert run.info.status == "FINISHED"
+    assert run.data.metrics["weights_rank_spread"] == 0.0  # both ranks trained alike
+    logged = [m.step for m in client.get_metric_history(run.info.run_id, "val_loss")]
+    return run, result.stdout, run_dir, logged
+
+
+@pytest.mark.parametrize(
+    "monitor", [("+callbacks.es.monitor=val_loss",), ("+callbacks.es.monitor=val_accuracy",)]
+)
+def test_early_stopping_stops_both_ranks_after_the_same_epoch(tmp_path, monitor):
+    run, out, run_dir, epochs = run_stopped_early(tmp_path, *EARLY_STOPPING, *monitor)
+    assert epochs == [0, 1]
+    assert run.data.tags["stopped_early"] == f"epoch 2 of {EPOCHS}"
+    assert f"training stopped early after epoch 2 of {EPOCHS}" in out
+    assert "rank(s) [0, 1]" in out  # it ran on both ranks: no ranks key needed
+    record = json.loads((run_dir / run_files.STOPPED_EARLY).read_text())
+    assert record == {"epoch": 2, "epochs": EPOCHS, "ranks": [0, 1]}
+
+
+def test_a_stop_asked_on_one_rank_only_stops_every_rank(tmp_path):
+    (tmp_path / "stopper.py").write_text(textwrap.dedent(STOP_ON_RANK_1))
+    stopper = "+callbacks.stop._target_=stopper.StopOnRank1"
+    run, out, _, epochs = run_stopped_early(tmp_path, stopper)
+    assert epochs == [0, 1, 2]
+    assert run.data.tags["stopped_early"] == f"epoch 3 of {EPOCHS}"
+    assert "set stop_training on rank(s) [1]; every rank stops here" in out
+
+
+def test_a_run_that_is_not_stopped_has_no_early_stop_tag(tmp_path):
+    run, out, run_dir, epochs = run_stopped_early(tmp_path, epochs=2)
+    assert epochs == [0, 1] and "stopped_early" not in run.data.tags
+    assert not (run_dir / run_files.STOPPED_EARLY).exists() and "stopped early" not in out
