@@ -259,6 +259,23 @@ class _DataParallel:
             object.__setattr__(self, _SETTINGS, _Settings())
         return self.__dict__[_SETTINGS]
 
+    @property
+    def learning_rate(self):
+        return super().learning_rate
+
+    @learning_rate.setter
+    def learning_rate(self, value):
+        """Keras refuses a number for a learning rate given as a schedule, so callbacks that
+        set it (ReduceLROnPlateau, LearningRateScheduler) failed. A schedule that can be
+        rescaled (``rescale_to(lr, step)``: tntrun's ``PlannedSchedule``) takes the number
+        as its value now: the schedule goes on from there, scaled, on every rank alike."""
+        inner = getattr(self, "inner_optimizer", self)
+        schedule = inner._learning_rate
+        if hasattr(schedule, "rescale_to") and not callable(value):
+            schedule.rescale_to(float(value), inner.iterations)
+        else:
+            type(self)._tntrun_base.learning_rate.fset(self, value)
+
     def scale_loss(self, loss):
         """Keras' ``train_step`` passes each step's loss here: note it for the agreement."""
         self._data_parallel.noted = (_current_graph(), loss)

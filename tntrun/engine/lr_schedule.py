@@ -38,6 +38,17 @@ class PlannedSchedule(keras.optimizers.schedules.LearningRateSchedule):
     def __call__(self, step):
         return self.scale * learning_rate(step, self.params, TF_OPS)
 
+    def rescale_to(self, lr: float, step) -> None:
+        """Scale the plan so that its LR at ``step`` is ``lr`` (a callback set the learning
+        rate, e.g. ReduceLROnPlateau): warmup and decay go on from there, scaled."""
+        planned = float(learning_rate(step, self.params, TF_OPS))
+        if planned <= 0.0:
+            raise ValueError(
+                f"the schedule's learning rate at step {int(step)} is {planned}: a callback "
+                f"cannot set it to {lr}"
+            )
+        self.scale.assign(lr / planned)
+
     def get_config(self) -> dict:
         return dataclasses.asdict(self.params)
 
