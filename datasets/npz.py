@@ -26,6 +26,39 @@ class NpzConfig:
 SCHEMAS = {"npz": NpzConfig}
 
 
+def read_npz(path: Path) -> dict[str, np.ndarray]:
+    """The arrays of ``KEYS`` in ``path``; an error naming ``dataset.path`` if it is no .npz
+    file with them (a pickle, a text file, a single .npy array, a truncated file)."""
+    save = f"save the file with numpy.savez(path, {'=..., '.join(KEYS)}=...)"
+    try:
+        data = np.load(path)
+    except (OSError, ValueError, EOFError) as err:
+        raise ValueError(f"dataset.path={path} is not an .npz file ({err}): {save}") from None
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise ValueError(f"dataset.path={path} holds one array (.npy), not an .npz: {save}")
+    with data:
+        missing = [k for k in KEYS if k not in data]
+        if missing:
+            raise FileNotFoundError(f"dataset.path={path} lacks {', '.join(missing)}: {save}")
+        return {k: data[k] for k in KEYS}
+
+
+def check_finite(x: np.ndarray, what: str) -> None:
+    """NaN or infinite features would make the first step's loss NaN on some rank: refuse
+    them before launch, naming the first bad sample."""
+    if x.dtype.kind not in "biuf":
+        raise ValueError(f"{what} has dtype {x.dtype}: features must be numbers")
+    if x.dtype.kind != "f" or not len(x):
+        return  # integers and booleans are finite
+    finite = np.isfinite(x.reshape(len(x), -1)).all(axis=1)
+    if not finite.all():
+        bad = np.flatnonzero(~finite)
+        raise ValueError(
+            f"{what} has NaN or infinite values in {len(bad)} sample(s), the first at index "
+            f"{bad[0]}: clean or drop them before training"
+        )
+
+
 class NpzDataset:
     """Classification data saved with ``numpy.savez(path, x_train=..., y_train=..., ...)``.
 
@@ -42,14 +75,10 @@ class NpzDataset:
                 f"dataset.path={self.path} does not exist: point it at an .npz file with "
                 f"{', '.join(KEYS)}"
             )
-        with np.load(self.path) as data:
-            missing = [k for k in KEYS if k not in data]
-            if missing:
-                raise FileNotFoundError(
-                    f"dataset.path={self.path} lacks {', '.join(missing)}: save the file with "
-                    f"numpy.savez(path, {'=..., '.join(KEYS)}=...)"
-                )
-            return {k: data[k] for k in KEYS}
+        arrays = read_npz(self.path)
+        for key in ("x_train", "x_val"):
+            check_finite(arrays[key], f"dataset.path={self.path}: {key}")
+        return arrays
 
     def info(self) -> DatasetInfo:
         a = self._arrays

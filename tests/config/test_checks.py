@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from tntrun import api
@@ -115,6 +116,54 @@ def test_check_refuses_with_one_clear_line(in_tmp, overrides, message):
     assert any(message in problem for problem in refused.value.problems), refused.value.problems
     assert all("\n" not in problem for problem in refused.value.problems)
     assert not (in_tmp / "outputs" / "mlflow.db").exists(), "no run may be tracked"
+
+
+def npz_arrays(x_train) -> dict:
+    x_train = np.asarray(x_train, np.float32)
+    labels = np.zeros(len(x_train), np.int64)
+    return {"x_train": x_train, "y_train": labels, "x_val": x_train[:2], "y_val": labels[:2]}
+
+
+def write_not_an_npz(path):
+    path.write_text("1,2,3\n")
+
+
+def write_pickle(path):
+    np.save(path.with_suffix(".npy"), np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    path.with_suffix(".npy").rename(path)
+
+
+def write_npy(path):
+    np.save(path.with_suffix(".npy"), np.zeros((4, 2)))
+    path.with_suffix(".npy").rename(path)
+
+
+def write_nan_features(path):
+    rows = [[0.0, 1.0], [1.0, 2.0], [2.0, np.nan], [3.0, np.inf]]
+    np.savez(path, **npz_arrays(rows))
+
+
+@pytest.mark.parametrize(
+    ("write", "message"),
+    [
+        (write_not_an_npz, "is not an .npz file ("),
+        (write_pickle, "is not an .npz file ("),
+        (write_npy, "holds one array (.npy), not an .npz: save the file with numpy.savez"),
+        (
+            write_nan_features,
+            ": x_train has NaN or infinite values in 2 sample(s), the first at index 2: "
+            "clean or drop them before training",
+        ),
+    ],
+)
+def test_a_bad_npz_file_is_one_line_naming_dataset_path(in_tmp, write, message):
+    data = in_tmp / "data.npz"
+    write(data)
+    with pytest.raises(PlanError) as refused:
+        api.run(["dataset=npz", f"dataset.path={data}", f"output_root={in_tmp / 'outputs'}"])
+    (problem,) = refused.value.problems
+    assert problem.startswith(f"dataset.path={data}") and message in problem, problem
+    assert "\n" not in problem and not (in_tmp / "outputs" / "mlflow.db").exists()
 
 
 @pytest.mark.slow

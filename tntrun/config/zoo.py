@@ -83,7 +83,9 @@ def size_dataset(cfg: DictConfig, allow_published: bool) -> SizedDataset:
     except FileNotFoundError as err:
         problem, missing = str(err), str(err).split("=", 1)[0]
     except Exception as err:  # a dataset's own argument check
-        raise PlanError(f"dataset: {err.__cause__ or err}") from None
+        message = str(err.__cause__ or err)
+        named = message if message.startswith("dataset.") else f"dataset: {message}"
+        raise PlanError(named) from None
     published = getattr(get_class(cfg._target_), "published_info", None)
     if not (allow_published and published):
         raise PlanError(problem)
