@@ -194,7 +194,7 @@ def launch(
     recorded = recorder.report(outcome.status)
     if not recorded.tracked:
         return RunResult("KILLED", EXIT_INTERRUPTED, run_dir, recorded.run_id, plan=outcome.plan)
-    code = 0 if outcome.status == "FINISHED" else 1
+    code = outcome.exit_code
     if recorded.pending and code == 0:  # trained, but the record waits for `tntrun sync`
         code = EXIT_TRACKING_PENDING
     return RunResult(

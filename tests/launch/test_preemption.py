@@ -23,6 +23,7 @@ from tntrun.contract.stop_signals import signal_number
 from tntrun.environments.slurm import SlurmEnvironment
 from tntrun.errors import PlanError
 from tntrun.launch.preemption import StopOnSignals
+from tntrun.launch.supervisor import Outcome
 from tntrun.planning.resume import ResumePoint, first_resumable, resume_position
 from tntrun.tracking.run_record import preemption_tags
 
@@ -119,6 +120,21 @@ def test_sigterm_interrupts_when_not_a_stop_signal_or_before_any_rank(tmp_path):
         with stopping.installed(), pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGTERM)
         assert stopping.received is None and not (tmp_path / "stop.request").exists()
+        assert stopping.interrupted_by == signal.SIGTERM
+
+
+@pytest.mark.parametrize(
+    ("status", "ended_by", "code"),
+    [
+        ("FINISHED", None, 0),
+        ("FAILED", None, 1),
+        ("KILLED", None, 130),  # Ctrl-C: Python's own SIGINT handler
+        ("KILLED", signal.SIGTERM, 143),  # preempted, after the checkpoint
+        ("KILLED", signal.SIGUSR1, 128 + signal.SIGUSR1),
+    ],
+)
+def test_a_run_a_signal_ended_exits_128_plus_its_number(status, ended_by, code):
+    assert Outcome(status, plan=None, ended_by=ended_by).exit_code == code
 
 
 def test_ranks_that_do_not_stop_in_time_are_stopped(tmp_path):

@@ -41,6 +41,7 @@ class StopOnSignals:
         self.signals = {signal_number(name) for name in signals}
         self.grace_s, self.ranks_running, self.stop_ranks = grace_s, ranks_running, stop_ranks
         self.received: signal.Signals | None = None  # the signal that asked for a checkpoint
+        self.interrupted_by: signal.Signals | None = None  # the one that stopped at once
         self._deadline: threading.Timer | None = None
 
     @contextmanager
@@ -62,6 +63,7 @@ class StopOnSignals:
     def _on_signal(self, signum: int, frame: Any) -> None:
         sig = signal.Signals(signum)
         if sig not in self.signals or self.received is not None or not self.ranks_running():
+            self.interrupted_by = sig
             raise KeyboardInterrupt  # stop now: Ctrl-C's path
         self.received = sig
         self.request_file.write_text(sig.name)

@@ -44,6 +44,17 @@ class Outcome:
     refused: tuple[str, ...] = ()  # the launcher's pre-flight problems: no rank started
     stop_signal: signal.Signals | None = None  # the signal that asked them to checkpoint
     preempted: bool = False  # they stopped together on a stop request and checkpointed there
+    ended_by: signal.Signals | None = None  # KILLED: the signal that ended the run
+
+    @property
+    def exit_code(self) -> int:
+        """0 FINISHED, 1 FAILED, and as shells and schedulers expect for a run a signal
+        ended: 128 + its number (130 Ctrl-C, 143 SIGTERM, after the preemption checkpoint)."""
+        if self.status == "FINISHED":
+            return 0
+        if self.status == "KILLED":
+            return 128 + int(self.ended_by or signal.SIGINT)
+        return 1
 
 
 class RankEvents(Protocol):
@@ -107,7 +118,8 @@ class Supervisor:
             if self.job is not None:
                 self.job.stop()
         received, preempted = self.stopping.received, self.preempted()
-        return Outcome(status, self.plan, stalled, refused, received, preempted)
+        ended_by = self.stopping.interrupted_by or received  # else Ctrl-C: Python's SIGINT
+        return Outcome(status, self.plan, stalled, refused, received, preempted, ended_by)
 
     def preempted(self) -> bool:
         """Whether the ranks stopped together on a stop request and checkpointed there."""
