@@ -105,6 +105,10 @@ CHECKS = [
         "(kept from model=mlp): start from model=custom",
     ),
     (["launcher=nosuch"], "launcher=nosuch: choose horovodrun or srun"),
+    (
+        ["+tracking.tagz.team=vision"],
+        "tracking.tagz: no such key: use one of description, experiment_name, ",
+    ),
 ]
 
 

@@ -122,14 +122,21 @@ class HorovodConfig:
     ssh_identity_file: str | None = None
 
 
+DEFAULT_EXPERIMENT = "tntrun"  # tracking.experiment_name when neither it nor the environment says
+
+
 @dataclass
 class TrackingConfig:
     # The tracker class (tntrun.tracking.Tracker); MLflow by default.
     _target_: str = "tntrun.tracking.mlflow_tracker.MlflowTracker"
     # null: $MLFLOW_TRACKING_URI, else sqlite:///<output_root>/mlflow.db.
     uri: str | None = None
-    experiment_name: str = "tntrun"
+    # null: $MLFLOW_EXPERIMENT_NAME, else DEFAULT_EXPERIMENT.
+    experiment_name: str | None = None
     run_name: str | None = None
+    # Tags of the run (+tracking.tags.team=vision), and its description (MLflow's note).
+    tags: dict[str, str] = field(default_factory=dict)
+    description: str | None = None
     # The final metric a job returns to Hydra (what a sweeper such as Optuna optimises).
     objective: str = "val_accuracy"
     # Log loss, LR and samples/s every N training steps (0: only per epoch).

@@ -7,11 +7,14 @@ its own layout and batch checks, before any rank starts.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import signal
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from tntrun.config.schema import TrackingConfig
 
 SEED_LIMIT = 2**32  # NumPy's seed range
 
@@ -77,9 +80,24 @@ def lookup(cfg: Mapping[str, Any], dotted: str) -> Any:
     return value
 
 
+def unknown_tracking_keys(cfg: Mapping[str, Any]) -> list[str]:
+    """``+tracking.<key>`` that MLflow's tracker does not know (a typo would be logged as a
+    param and do nothing). Another tracker (``tracking._target_``) takes its own keys."""
+    tracking = lookup(cfg, "tracking") or {}
+    if tracking.get("_target_") != TrackingConfig._target_:
+        return []
+    known = {f.name for f in dataclasses.fields(TrackingConfig)}
+    return [
+        f"tracking.{key}: no such key: use one of {', '.join(sorted(known - {'_target_'}))} "
+        "(tags go in +tracking.tags.<name>=<value>)"
+        for key in tracking
+        if key not in known
+    ]
+
+
 def value_problems(cfg: Mapping[str, Any]) -> list[str]:
-    """One line per value out of its range."""
-    problems = []
+    """One line per value out of its range, and per unknown tracking key."""
+    problems = unknown_tracking_keys(cfg)
     for key, accepts, fix in RULES:
         value = lookup(cfg, key)
         if (key == "optimizer.base_lr" or value is not None) and not accepts(value):

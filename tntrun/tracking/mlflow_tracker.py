@@ -14,7 +14,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tntrun.config.schema import TrackingConfig
+from tntrun.config.schema import DEFAULT_EXPERIMENT
 from tntrun.tracking import MetricPoint, RunSummary
 from tntrun.tracking.lost_runs import DRIVER_LOST_TAG, announce_lost, lost_runs
 from tntrun.tracking.mlflow_models import find_run_model, log_logged_model, register_version
@@ -53,9 +53,12 @@ class MlflowTracker:
 
     def __init__(self, settings: Mapping[str, Any], output_root: Path) -> None:
         self.store = tracking_uri(settings.get("uri"), Path(output_root))
-        # `tntrun report` and a store lookup name only the store: the schema's experiment.
+        # tracking.experiment_name, else MLflow's own variable, else tntrun's default (also for
+        # `tntrun report` and a store lookup, which name only the store).
         self.experiment_name = str(
-            settings.get("experiment_name") or TrackingConfig.experiment_name
+            settings.get("experiment_name")
+            or os.environ.get("MLFLOW_EXPERIMENT_NAME")
+            or DEFAULT_EXPERIMENT
         )
         self.artifact_root = Path(output_root) / ARTIFACTS
         self.run_id: str | None = None

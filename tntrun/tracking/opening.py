@@ -54,9 +54,21 @@ def run_name(cfg: DictConfig, plan: Plan, origin: RunOrigin) -> str:
 
 
 def new_run_tags(cfg: DictConfig, plan: Plan, run_dir: Path, origin: RunOrigin) -> dict[str, str]:
-    """The tags of a new run (:func:`~tntrun.tracking.run_record.start_tags`)."""
+    """The tags of a new run (:func:`~tntrun.tracking.run_record.start_tags`) and the user's."""
     overrides, choices = list(origin.overrides), dict(origin.choices)
-    return start_tags(plan, run_dir, overrides, choices, problem_hash(cfg))
+    return {
+        **start_tags(plan, run_dir, overrides, choices, problem_hash(cfg)),
+        **user_tags(cfg.tracking),
+    }
+
+
+def user_tags(tracking: DictConfig) -> dict[str, str]:
+    """``tracking.tags``, and ``tracking.description`` as MLflow's note (the run page's
+    description)."""
+    tags = {str(key): str(value) for key, value in (tracking.get("tags") or {}).items()}
+    if tracking.get("description"):
+        tags["mlflow.note.content"] = str(tracking.description)
+    return tags
 
 
 def resume_tags(

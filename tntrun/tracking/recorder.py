@@ -41,6 +41,7 @@ from tntrun.tracking.opening import (
     problem_hash,
     resume_tags,
     run_name,
+    user_tags,
 )
 from tntrun.tracking.outage import Delivery, Pending, describe, is_outage, sync_line
 from tntrun.tracking.session import TrackingSession
@@ -132,7 +133,7 @@ class Recorder:
                 self._restarts = int(recorded.get("restarts", 0)) + 1
                 tags = resume_tags(
                     self.resumed, self._plan, run_dir, self.origin, recorded, self._restarts
-                )
+                ) | user_tags(self.cfg.tracking)
                 for key, value in tags.items():
                     tracker.set_tag(key, value)
             else:
