@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import signal
 import subprocess
 import time
 import urllib.request
@@ -276,3 +277,41 @@ def test_the_ui_shows_the_run_its_model_its_registered_version_and_each_host(net
         server.wait(timeout=30)
     print(f"timings (s): {timings}")
     assert (SCREENSHOTS / "run_page.png").stat().st_size > 10_000
+
+
+def session_processes(leader: int) -> list[str]:
+    """The command lines of the processes in ``leader``'s session."""
+    ps = ["ps", "-o", "args=", "-s", str(leader)]
+    listed = subprocess.run(ps, capture_output=True, text=True)
+    return [line for line in listed.stdout.splitlines() if line.strip()]
+
+
+def test_a_stopped_ui_leaves_no_process_behind(tmp_path):
+    """``tntrun ui`` as a user starts and stops it (SIGINT to it alone, the harsher case than
+    Ctrl-C to the terminal's group): MLflow 3's job runner (huey consumers), which training
+    runs never use, is not started, and nothing of the session is left once it exits."""
+    port = free_port()
+    server = subprocess.Popen(
+        [str(BIN / "tntrun"), "ui", "--tracking-uri", store_uri(tmp_path), "--port", str(port)],
+        env=clean_env(),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", server)
+        running = session_processes(server.pid)
+        assert running and not [p for p in running if "huey" in p], running
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=30)
+        left = session_processes(server.pid)
+        for _ in range(10):  # uvicorn's worker ends with its parent, within a second
+            if not left:
+                break
+            time.sleep(0.5)
+            left = session_processes(server.pid)
+        assert not left, left
+    finally:
+        subprocess.run(["pkill", "-KILL", "-s", str(server.pid)], check=False)

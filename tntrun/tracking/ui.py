@@ -31,6 +31,9 @@ def main(argv: Sequence[str]) -> int:
         flush=True,
     )
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    # MLflow 3's server also starts a job runner (huey consumers: 8 more processes) for GenAI
+    # jobs the training UI never runs; they outlived a stopped UI by seconds.
+    os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
     if not store_problems(uri):  # runs whose driver is gone: KILLED, not RUNNING forever
         MlflowTracker.at(uri, Path(args.output_root)).end_lost_runs()
     os.execvp(command[0], command)
