@@ -8,12 +8,14 @@ and rank 1 waited until the stall watchdog ended the job (``train.stall_timeout_
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 
 import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.helpers.commands import tntrun_cli
+from tests.helpers.pace import PACE
 from tests.helpers.runs import run_dir_of, store_uri
 from tntrun.contract import run_files
 
@@ -101,3 +103,23 @@ def test_reduce_lr_on_plateau_scales_the_schedule_alike_on_every_rank(tmp_path):
     assert epochs == [0, 1, 2, 3]
     lr = lr_history(tmp_path, run)  # the epoch's last step: cut after epochs 2 and 3
     assert lr == pytest.approx([lr[0], lr[0], lr[0] / 2, lr[0] / 4], rel=1e-6), lr
+
+
+def test_a_long_epoch_prints_progress_lines_in_a_batch_job(tmp_path):
+    """No terminal (a pipe, as under Slurm): every train.progress_interval_s a line from rank
+    0 with the step, speed, loss and time left. Steps are slowed to 0.1 s (the pace callback
+    on both ranks), so the 22-step epoch lasts over 2 s: at least one line at 1 s."""
+    (tmp_path / "pace.py").write_text(PACE)
+    slow = (
+        "+callbacks.pace._target_=pace.Pace",
+        "+callbacks.pace.step_s=0.1",
+        f"+callbacks.pace.until={tmp_path / 'never'}",
+        "train.progress_interval_s=1",
+    )
+    _, out, _, _ = run_stopped_early(tmp_path, *slow, epochs=1)
+    lines = re.findall(
+        r"epoch 1/1: step (\d+)/22 \(\d+%\), [\d,]+ samples/s, loss [\d.]+; epoch ends in "
+        r"\d+m\d\ds, the run in \d+m\d\ds",
+        out,
+    )
+    assert lines and all(0 < int(step) <= 22 for step in lines), out[-3000:]

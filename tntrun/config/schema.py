@@ -175,6 +175,9 @@ class TrainConfig:
     bleu_beam_size: int = 1
     # End the job when no rank made progress for this long (s); 0 disables the watchdog.
     stall_timeout_s: float = 600.0
+    # A progress line inside each epoch every this many seconds (rank 0: step, samples/s,
+    # loss, time left of the epoch and the run), in batch jobs and terminals; 0: none.
+    progress_interval_s: float = 30.0
     # TensorBoard logs in <run_dir>/tensorboard (master rank).
     tensorboard: bool = False
     # Profile these training batches into TensorBoard, e.g. "5,8" (needs tensorboard=true).

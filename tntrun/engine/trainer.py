@@ -270,6 +270,8 @@ def train(
         callbacks += master_callbacks(
             cfg, plan, run_dir, metrics_log, lambda path: save_clean_model(model, cfg, info, path)
         )
+        if cfg.train.progress_interval_s > 0:
+            callbacks.append(cb.EpochProgress(cfg.train.progress_interval_s, plan, agreement))
     callbacks.append(cb.Heartbeat(run_dir / HEARTBEATS, rank))  # last: see Heartbeat
 
     def stream(first_epoch: int):
