@@ -39,6 +39,21 @@ CPU = "cpu_utilization_percentage"
 CHART_CARD = "experiment-view-compare-runs-card"  # a chart, in the chart view and run page
 
 
+def start_ui(work: Path) -> tuple[subprocess.Popen, str]:
+    """``tntrun ui`` over ``work``'s store on a free port, in a session of its own; its URL."""
+    port = free_port()
+    server = subprocess.Popen(
+        [str(BIN / "tntrun"), "ui", "--tracking-uri", store_uri(work), "--port", str(port)],
+        env=clean_env(),
+        cwd=work,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    return server, f"http://127.0.0.1:{port}"
+
+
 def wait_healthy(url: str, server: subprocess.Popen, seconds: float = 90) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -228,17 +243,7 @@ def test_the_ui_shows_the_run_its_model_its_registered_version_and_each_host(net
     accuracy = f"{run.data.metrics['val_accuracy']:.4g}"[:4]
     assert f"#/experiments/{experiment_id}/runs/{run_id}?{VIEW}" in result.stdout
 
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen(
-        [str(BIN / "tntrun"), "ui", "--tracking-uri", store_uri(tmp_path), "--port", str(port)],
-        env=clean_env(),
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    server, url = start_ui(tmp_path)
     try:
         wait_healthy(url, server)
         lap("server")
@@ -290,18 +295,9 @@ def test_a_stopped_ui_leaves_no_process_behind(tmp_path):
     """``tntrun ui`` as a user starts and stops it (SIGINT to it alone, the harsher case than
     Ctrl-C to the terminal's group): MLflow 3's job runner (huey consumers), which training
     runs never use, is not started, and nothing of the session is left once it exits."""
-    port = free_port()
-    server = subprocess.Popen(
-        [str(BIN / "tntrun"), "ui", "--tracking-uri", store_uri(tmp_path), "--port", str(port)],
-        env=clean_env(),
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    server, url = start_ui(tmp_path)
     try:
-        wait_healthy(f"http://127.0.0.1:{port}", server)
+        wait_healthy(url, server)
         running = session_processes(server.pid)
         assert running and not [p for p in running if "huey" in p], running
         server.send_signal(signal.SIGINT)
