@@ -183,8 +183,8 @@ class WeightSyncGuard(keras.callbacks.Callback):
 class StopAgreement:
     """Every rank stops after the same epoch when any callback asks (``stop_training``).
 
-    A callback that stops training at an epoch's end (EarlyStopping, TerminateOnNaN, a
-    user's own reading local state) may decide on one rank only; that rank would leave
+    A callback that stops training at an epoch's end (EarlyStopping, a user's own reading
+    local state) may decide on one rank only; that rank would leave
     ``fit`` while the others wait in the next step's allreduce. ``before`` goes ahead of
     the users' callbacks and notes whether the epoch's steps already stopped training
     (preemption, the NaN guard: agreed per step); ``after`` follows them and agrees on
