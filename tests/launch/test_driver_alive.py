@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -48,6 +50,7 @@ def test_the_ranks_watch_notices_a_silent_driver_within_the_bound(tmp_path):
     assert len(why) == 1 and why[0].startswith(f"the driver is gone (no heartbeat in {path} for")
 
 
+@pytest.mark.slow
 def test_a_stopped_driver_ends_its_ranks_at_once(tmp_path):
     heartbeat = DriverHeartbeat(tmp_path)
     heartbeat.start()
@@ -95,3 +98,55 @@ def test_another_host_judges_by_the_heartbeats_age(tmp_path):
     later = time.time() + 121
     assert lost_driver(tags, now=later).startswith("driver pid 1 on elsewhere is gone (no heart")
     assert lost_driver({"driver_host": "x"}) is None  # recorded by an older tntrun
+
+
+def beat_count(path) -> int:
+    return int(path.read_text().split()[-1])
+
+
+@pytest.mark.slow
+def test_the_heartbeat_goes_on_while_the_driver_holds_the_gil(tmp_path):
+    """A driver busy in one long C call (an import loading large libraries) is not lost."""
+    heartbeat = DriverHeartbeat(tmp_path)
+    heartbeat.start()
+    path = tmp_path / run_files.DRIVER_ALIVE
+    try:
+        time.sleep(2 * BEAT_S)  # the child is up and beating
+        before, started = beat_count(path), time.monotonic()
+        sum(range(2 * 10**8))  # holds the GIL: no thread of this process runs meanwhile
+        held = time.monotonic() - started
+        beats = beat_count(path) - before
+    finally:
+        heartbeat.stop()
+    assert held > 2 * BEAT_S, f"the GIL was held only {held:.1f} s: hold it longer"
+    assert beats >= int(held / BEAT_S) - 1, f"{beats} beats in {held:.1f} s"
+    assert path.read_text().split()[-1] == "stopped"
+
+
+@pytest.mark.slow
+def test_the_heartbeat_stops_with_a_killed_driver(tmp_path):
+    driver = (
+        "import os, signal, sys, time\n"
+        "from pathlib import Path\n"
+        "from tntrun.contract.driver_alive import DriverHeartbeat\n"
+        "heartbeat = DriverHeartbeat(Path(sys.argv[1]))\n"
+        "heartbeat.start()\n"
+        "print(heartbeat._keeper.pid, flush=True)\n"
+        "time.sleep(3)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", driver, str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == -signal.SIGKILL, run.stderr
+    keeper = int(run.stdout)
+    path = tmp_path / run_files.DRIVER_ALIVE
+    assert beat_count(path) >= 1  # it beat while the driver lived
+    # The keeper sees its stdin end within one beat of the driver's death.
+    deadline = time.monotonic() + BEAT_S + MARGIN_S + 5
+    while process_start_time(keeper) is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert process_start_time(keeper) is None, "the heartbeat outlived its driver"
+    last = path.read_text()
+    time.sleep(2 * BEAT_S)
+    assert path.read_text() == last, "beats went on without a driver"

@@ -1,7 +1,8 @@
 """Whether the driver of a run is still alive: its heartbeat file and its process.
 
-While its ranks run, the driver rewrites ``<run dir>/driver.alive`` ("<host> <pid>
-<beat>") every second, and its last beat says ``stopped``. Each rank watches the
+While its ranks run, the driver (through a child process) rewrites
+``<run dir>/driver.alive`` ("<host> <pid> <beat>") every second, and its last beat
+says ``stopped``. Each rank watches the
 file from a thread and ends itself at once on ``stopped`` (Ctrl-C, a stall: a rank
 on another host, which horovodrun's ssh leaves running, ends within half a second),
 or when the file has not changed for :data:`LOST_AFTER_S` seconds: a SIGKILLed
@@ -16,7 +17,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
+import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -42,35 +46,59 @@ def driver_tags() -> dict[str, str]:
     }
 
 
-class DriverHeartbeat(threading.Thread):
-    """The driver's side: beat until :meth:`stop`, which leaves a ``stopped`` beat."""
+class DriverHeartbeat:
+    """The driver's side: beat until :meth:`stop`, which leaves a ``stopped`` beat.
+
+    The beats come from a small child process, not a thread: a driver thread can be held
+    for seconds by the GIL (an import loading large libraries while the MLflow run opens on a
+    busy machine), and ranks that took that silence for a lost driver ended a healthy run.
+    The child beats while its stdin stays open, so it stops when the driver closes it or dies.
+    """
 
     def __init__(self, run_dir: Path) -> None:
-        super().__init__(name="tntrun-driver-heartbeat", daemon=True)
         self.path = run_dir / run_files.DRIVER_ALIVE
-        self._done = threading.Event()
         self._identity = f"{socket.gethostname()} {os.getpid()}"
+        self._keeper: subprocess.Popen[bytes] | None = None
         self.beat(0)
 
     def beat(self, count: int | str) -> None:
-        partial = self.path.with_suffix(".tmp")
-        partial.write_text(f"{self._identity} {count}\n")
-        partial.replace(self.path)
+        write_beat(self.path, self._identity, count)
 
-    def run(self) -> None:
-        count = 0
-        while not self._done.wait(BEAT_S):
-            count += 1
-            with contextlib.suppress(OSError):  # a full disk: the ranks will judge
-                self.beat(count)
+    def start(self) -> None:
+        command = [sys.executable, "-m", __name__, str(self.path), self._identity]
+        self._keeper = subprocess.Popen(command, stdin=subprocess.PIPE)
 
     def stop(self) -> None:
         """Beat no more; any rank still running (on any host) ends at once."""
-        self._done.set()
-        if self.is_alive():
-            self.join()
+        if self._keeper is not None:
+            assert self._keeper.stdin is not None
+            self._keeper.stdin.close()
+            try:
+                self._keeper.wait(timeout=LOST_AFTER_S)
+            except subprocess.TimeoutExpired:  # stuck writing to a hung file system
+                self._keeper.kill()
+                self._keeper.wait()
         with contextlib.suppress(OSError):
             self.beat(STOPPED)
+
+
+def write_beat(path: Path, identity: str, count: int | str) -> None:
+    partial = path.with_suffix(".tmp")
+    partial.write_text(f"{identity} {count}\n")
+    partial.replace(path)
+
+
+def keep_beating(path: Path, identity: str) -> None:
+    """The heartbeat child: a beat every :data:`BEAT_S` until stdin ends (closed by the
+    driver, or by the kernel when the driver dies). Signals aimed at the driver's process
+    group (Ctrl-C, a preemption) are the driver's to handle, not this process's."""
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP):
+        signal.signal(number, signal.SIG_IGN)
+    count = 0
+    while not select.select([sys.stdin], [], [], BEAT_S)[0]:
+        count += 1
+        with contextlib.suppress(OSError):  # a full disk: the ranks will judge
+            write_beat(path, identity, count)
 
 
 def watch_driver(
@@ -135,3 +163,7 @@ def lost_driver(
     if age > STALE_AFTER_S:
         return f"driver pid {pid} on {host} is gone (no heartbeat for {age:.0f} s)"
     return None
+
+
+if __name__ == "__main__":
+    keep_beating(Path(sys.argv[1]), sys.argv[2])
