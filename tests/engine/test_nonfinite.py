@@ -194,3 +194,63 @@ def test_an_unknown_monitor_metric_fails_with_the_metrics_logged(run_tntrun):
     result = run_tntrun("train.epochs=2", "checkpoint.monitor=val_acc", *QUIET)
     assert result.returncode == 1
     assert "checkpoint.monitor=val_acc: no such metric; this run logs " in result.stdout
+
+
+# A user's dataset (blobs.py in the working directory) whose training features hold NaN
+# from sample ``nan_from`` on; its model's ReLU turns a NaN input into 0, so the loss stays
+# finite while the gradients poison the weights: only a look at the data catches it.
+NAN_BLOBS = """
+import numpy as np
+from tntrun.datasets.base import DatasetInfo
+
+
+class Blobs:
+    def __init__(self, nan_from=0):
+        rng = np.random.default_rng(0)
+        self.y = rng.integers(0, 2, 512).astype("int64")
+        self.x = (rng.normal(size=(512, 4)) + 3.0 * self.y[:, None]).astype("float32")
+        self.x[nan_from:384, 0] = np.nan
+
+    def info(self):
+        return DatasetInfo(num_train=384, num_val=128, input_shape=(4,), num_classes=2)
+
+    def load(self):
+        import tensorflow as tf
+
+        return (
+            tf.data.Dataset.from_tensor_slices((self.x[:384], self.y[:384])),
+            tf.data.Dataset.from_tensor_slices((self.x[384:], self.y[384:])),
+        )
+"""
+RELU_MODEL = """
+import keras
+
+
+def build(input_shape, num_classes):
+    return keras.Sequential(
+        [keras.Input(shape=input_shape), keras.layers.Dense(8, activation="relu"),
+         keras.layers.Dense(num_classes)]
+    )
+"""
+
+
+def test_nan_training_data_fail_at_the_first_step_in_one_line(run_tntrun, tmp_path):
+    (tmp_path / "blobs.py").write_text(NAN_BLOBS)
+    (tmp_path / "relu_model.py").write_text(RELU_MODEL)
+    result = run_tntrun(
+        "model=custom",
+        "model._target_=relu_model.build",
+        "dataset=custom",
+        "dataset._target_=blobs.Blobs",
+        "train.epochs=1",
+        "train.on_nonfinite=rollback",  # bad data are not rolled back: the same would come
+        *QUIET,
+    )
+    assert result.returncode == 1, result.stdout[-3000:]
+    reason = "the training data hold NaN or infinite values at epoch 1, step 0"
+    assert f"\ntntrun: run FAILED: {reason}" in result.stdout, result.stdout[-3000:]
+    assert "Traceback" not in result.stdout, result.stdout[-3000:]
+    run = tracked(tmp_path, run_dir_of(result))
+    assert run.info.status == "FAILED"
+    assert run.data.tags["failure.nonfinite"].startswith(reason)
+    assert run.data.tags["rollbacks"] == "0"

@@ -39,3 +39,12 @@ def test_a_whole_traceback_of_its_own_is_the_cause(tmp_path):
     failure = find_failure(logs(tmp_path, WHOLE, KILLED))
     assert failure is not None and failure.rank == 0
     assert failure.traceback.endswith("RuntimeError: injected failure on rank 0 at step 30\n")
+
+
+def test_a_failure_reads_as_one_line_naming_the_rank(tmp_path):
+    whole = find_failure(logs(tmp_path, WHOLE, KILLED))
+    assert whole is not None
+    assert whole.reason == "rank 0: RuntimeError: injected failure on rank 0 at step 30"
+    killed = find_failure(logs(tmp_path, CUT_OFF, KILLED))
+    assert killed is not None
+    assert killed.reason == "rank 1 ended without a traceback"

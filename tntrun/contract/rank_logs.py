@@ -22,6 +22,7 @@ HOROVOD_SHUT_DOWN = "Horovod has been shut down"
 # The line that ends a whole traceback: "ValueError: ...", "KeyboardInterrupt" (at column 0).
 EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?::|$)", re.MULTILINE)
 TAIL_LINES = 8
+REASON_CHARS = 300  # a reason stays one readable line
 
 
 class RankLogWriter:
@@ -54,6 +55,15 @@ class RankLogWriter:
 class RankFailure:
     rank: int
     traceback: str
+
+    @property
+    def reason(self) -> str:
+        """One line: the rank and its exception line (or its report's first line)."""
+        _, _, frames = self.traceback.partition("\n")
+        found = list(EXCEPTION_LINE.finditer(frames)) if self.traceback.startswith("Trace") else []
+        line = frames[found[-1].start() :].split("\n", 1)[0] if found else self.traceback
+        line = line.split("\n", 1)[0].removesuffix("; last output:").strip()
+        return (line if line.startswith("rank ") else f"rank {self.rank}: {line}")[:REASON_CHARS]
 
     @property
     def last_lines(self) -> str:

@@ -27,9 +27,24 @@ from tntrun.engine.data_parallel import StepAgreement, broadcast_state
 class NonFiniteLoss(RuntimeError):
     """The rank-averaged loss became NaN or infinite (raised on every rank at the same step)."""
 
+    data = False  # the data were bad, not the training (NonFiniteData)
+
     def __init__(self, loss: float, epoch: int, step: int) -> None:
         self.loss, self.epoch, self.step = loss, epoch, step
         super().__init__(f"loss became {loss} at epoch {epoch}, step {step}")
+
+
+class NonFiniteData(NonFiniteLoss):
+    """A training batch held NaN or infinite values (every rank raises at the same step).
+    Not rolled back: the same data would come again."""
+
+    data = True
+
+    def __str__(self) -> str:
+        return (
+            f"the training data hold NaN or infinite values at epoch {self.epoch}, "
+            f"step {self.step} (the batch of that step on at least one rank)"
+        )
 
 
 class NonFiniteGuard(keras.callbacks.Callback):
@@ -48,9 +63,10 @@ class NonFiniteGuard(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         loss = self.agreement.loss
-        if not math.isfinite(loss):
+        if self.agreement.bad_data or not math.isfinite(loss):
             step = int(self.model.optimizer.iterations.numpy()) - 1  # the step that computed it
-            raise NonFiniteLoss(loss, self._epoch + 1, step)
+            kind = NonFiniteData if self.agreement.bad_data else NonFiniteLoss
+            raise kind(loss, self._epoch + 1, step)
 
 
 def record(run_dir: Path, event: NonFiniteLoss, action: str, **details: Any) -> None:
@@ -58,6 +74,7 @@ def record(run_dir: Path, event: NonFiniteLoss, action: str, **details: Any) -> 
     line = {
         "t": time.time(),
         "loss": str(event.loss),
+        "reason": str(event),
         "epoch": event.epoch,
         "step": event.step,
         "action": action,

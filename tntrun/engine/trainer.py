@@ -344,7 +344,8 @@ def fit_with_rollbacks(
         try:
             return fit_from(model, plan, epoch, batch, train_ds, stream, callbacks, preemption)
         except NonFiniteLoss as event:
-            if not rollback or rollbacks >= int(cfg.train.max_rollbacks):
+            # Bad data are not rolled back: the same batch would come again.
+            if event.data or not rollback or rollbacks >= int(cfg.train.max_rollbacks):
                 if metrics_log is not None:
                     nonfinite.record(run_dir, event, "fail", rollbacks=rollbacks)
                 raise

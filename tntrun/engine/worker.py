@@ -114,10 +114,8 @@ def train_here(cfg: DictConfig, plan: Plan, run_dir: Path, requests: StopRequest
     try:
         final = train(cfg, plan, run_dir, requests)
     except NonFiniteLoss as stopped:  # every rank stops here at the same step
-        print(
-            f"rank {rank}: stopped: {stopped} (train.on_nonfinite={cfg.train.on_nonfinite})",
-            flush=True,
-        )
+        policy = f" (train.on_nonfinite={cfg.train.on_nonfinite})"
+        print(f"rank {rank}: stopped: {stopped}{'' if stopped.data else policy}", flush=True)
         return EXIT_NONFINITE
     except UserModelError as refused:  # the same on every rank, before any step
         print(f"tntrun: config error: {refused}", flush=True)

@@ -23,6 +23,7 @@ from horovod.runner import launch
 # What the extension needs loaded first (libtensorflow's import would load them).
 TENSORFLOW_LIBRARIES = ("libtensorflow_framework.so.2", "libtensorflow_cc.so.2")
 BUILT, NOT_BUILT, UNKNOWN = 0, 1, 2
+RANK_FAILED = "processes exited with non-zero status"  # gloo_run's error when a rank fails
 
 
 def package_folder(name: str) -> Path:
@@ -65,7 +66,13 @@ def main() -> None:
     if built is not None:
         launch.gloo_built = lambda verbose=False: built
     sys.argv[0] = "horovodrun"  # its usage and error lines
-    launch.run_commandline()  # raises (exit 1) when a rank fails, as the horovodrun script
+    try:
+        launch.run_commandline()
+    except RuntimeError as failed:  # a rank failed: the ranks' own output says why
+        if RANK_FAILED not in str(failed):
+            raise
+        print(failed, file=sys.stderr, flush=True)  # which rank first (read by rank_logs)
+        sys.exit(1)  # as the horovodrun script, without a traceback of the launcher's own
 
 
 if __name__ == "__main__":

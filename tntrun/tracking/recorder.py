@@ -44,6 +44,7 @@ from tntrun.tracking.opening import (
     user_tags,
 )
 from tntrun.tracking.outage import Delivery, Pending, describe, is_outage, sync_line
+from tntrun.tracking.run_record import failure_reason
 from tntrun.tracking.session import TrackingSession
 
 SHOWN_METRICS = ("val_accuracy", "val_loss", "bleu", "bleu_uncased")
@@ -82,6 +83,7 @@ class Recorder:
         self._session: TrackingSession | None = None
         self._relay: MetricsRelay | None = None  # rank 0's metrics into the run
         self._pending: Pending | None = None  # what the store has not received at the end
+        self._failure: str | None = None  # a failed run's reason, one line for the console
 
     @property
     def prefix(self) -> str | None:
@@ -231,6 +233,8 @@ class Recorder:
         with self._lock:
             tracked = bool(self.tracker.run_id or self._deferred) and not abandoned
             plan = self._plan
+        if status == "FAILED":
+            self._failure = failure_reason(self.run_dir, stalled)
         if not tracked:
             return
         try:
@@ -307,15 +311,17 @@ class Recorder:
             pending = self._pending is not None
         if abandoned or (not self.tracker.run_id and not pending):
             return Recorded(self.tracker.run_id, tracked=False)
-        return final_report(self.tracker, self.run_dir, status, pending)
+        outcome = f"{status}: {self._failure}" if self._failure else status
+        return final_report(self.tracker, self.run_dir, outcome, pending)
 
 
-def final_report(tracker: Tracker, run_dir: Path, status: str, pending: bool) -> Recorded:
-    """Print a run's final metrics and where to see it; ``pending``: the store was
-    unreachable, the metrics come from the file and ``tntrun sync`` delivers the rest."""
+def final_report(tracker: Tracker, run_dir: Path, outcome: str, pending: bool) -> Recorded:
+    """Print a run's outcome (its status, and why it failed), final metrics and where to see
+    it; ``pending``: the store was unreachable, the metrics come from the file and
+    ``tntrun sync`` delivers the rest."""
     metrics = last_values(run_dir / run_files.METRICS) if pending else tracker.summary().metrics
     print()
-    print(f"tntrun: run {status}")
+    print(f"tntrun: run {outcome}")
     for key in SHOWN_METRICS:
         if key in metrics:
             print(f"tntrun: final {key}: {metrics[key]:.4f}")

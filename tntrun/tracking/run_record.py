@@ -80,6 +80,18 @@ def record_outputs(
             tracker.set_tag("failure.last_lines", failure.last_lines[:5000])
 
 
+def failure_reason(run_dir: Path, stalled: str | None) -> str | None:
+    """A failed run's reason in one line: the stall, the non-finite loss or data, or the
+    exception of the rank that failed first."""
+    if stalled:
+        return f"stalled: {stalled}"
+    reason = nonfinite_tags(run_dir).get("failure.nonfinite")
+    if reason:
+        return reason
+    failure = find_failure(run_dir / run_files.LOGS)
+    return failure.reason if failure is not None else None
+
+
 def nonfinite_tags(run_dir: Path) -> dict[str, str]:
     """Tags from rank 0's non-finite loss events: each rollback, and the failure if any."""
     events_file = run_dir / run_files.NONFINITE
@@ -88,7 +100,9 @@ def nonfinite_tags(run_dir: Path) -> dict[str, str]:
     tags = {}
     events = [json.loads(line) for line in events_file.read_text().splitlines() if line]
     for event in events:
-        where = f"loss became {event['loss']} at epoch {event['epoch']}, step {event['step']}"
+        where = event.get("reason") or (  # recorded by an older tntrun: no reason
+            f"loss became {event['loss']} at epoch {event['epoch']}, step {event['step']}"
+        )
         if event["action"] == "rollback":
             tags[f"rollback.{event['rollback']}"] = (
                 f"{where}: restored {event['restored']}, LR x{event['lr_scale']:g}"
