@@ -20,6 +20,7 @@ from tntrun.config.checks import choice_problems, split_argv
 from tntrun.config.compose import CONFIG_NAME, user_choices
 from tntrun.config.schema import register
 from tntrun.config.user_code import add_user_path
+from tntrun.console import ensure_console
 from tntrun.driver import run
 from tntrun.errors import print_problems
 from tntrun.experiment import EXIT_CONFIG_ERROR, Experiment, RunResult
@@ -56,6 +57,8 @@ def _hydra_entry(cfg: DictConfig) -> float:
 
 def _subcommand(argv: list[str]) -> int | None:
     """Run ``tntrun report|ui|sync ...``; None for a training command line."""
+    if argv and argv[0] in ("report", "ui", "sync"):
+        ensure_console()  # outside Hydra: nobody else sets up logging
     if argv and argv[0] == "report":
         from tntrun.tracking.report import main as report
 

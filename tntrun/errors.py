@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-import sys
+import logging
 from collections.abc import Sequence
+
+from tntrun.console import ensure_console
+
+log = logging.getLogger(__name__)
 
 
 class PlanError(ValueError):
@@ -19,6 +23,8 @@ class PlanError(ValueError):
 
 
 def print_problems(problems: Sequence[str]) -> None:
-    """The driver's form of bad input: one ``tntrun: config error: ...`` line each."""
+    """The driver's form of bad input: one ``tntrun: config error: ...`` line each (on
+    stderr; in Hydra's job log too when there is one)."""
+    ensure_console()
     for problem in problems:
-        print(f"tntrun: config error: {problem}", file=sys.stderr, flush=True)
+        log.error(f"tntrun: config error: {problem}")

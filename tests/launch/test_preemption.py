@@ -99,7 +99,7 @@ def test_signal_names_in_the_config():
         ]
 
 
-def test_the_first_stop_signal_asks_the_ranks_the_second_interrupts(tmp_path, capsys):
+def test_the_first_stop_signal_asks_the_ranks_the_second_interrupts(tmp_path, caplog):
     stopped = []
     stopping = StopOnSignals(
         tmp_path, ["SIGUSR1"], 30.0, lambda: True, lambda: stopped.append(True)
@@ -108,7 +108,9 @@ def test_the_first_stop_signal_asks_the_ranks_the_second_interrupts(tmp_path, ca
         os.kill(os.getpid(), signal.SIGUSR1)
         assert (tmp_path / "stop.request").read_text() == "SIGUSR1"
         assert stopping.received == signal.SIGUSR1
-        assert "the ranks stop at the next step they agree on" in capsys.readouterr().err
+        (said,) = [r for r in caplog.records if r.name == "tntrun.launch.preemption"]
+        assert said.levelname == "WARNING"  # stderr on the console
+        assert "the ranks stop at the next step they agree on" in said.getMessage()
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGUSR1)
     assert not stopped

@@ -101,3 +101,16 @@ def test_config_error_exits_2_before_any_run(run_tntrun, tmp_path):
     assert result.returncode == 2
     assert "global_batch_size=63 is not divisible by the world size 2" in result.stderr
     assert not (tmp_path / "outputs" / "mlflow.db").exists()
+
+
+def test_the_run_story_is_in_hydras_job_log_and_verbose_adds_tntruns_debug(run_tntrun):
+    result = run_tntrun("train.epochs=1", "tracking.system_metrics=false", "hydra.verbose=tntrun")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    job_log = (run_dir_of(result) / "cli.log").read_text()
+    for line in ("tntrun: MLflow run ", "tntrun: run FINISHED", "tntrun: launching the ranks: "):
+        assert f"][INFO] - {line}" in job_log or f"][DEBUG] - {line}" in job_log, line
+    assert "[tntrun.launch.supervisor][DEBUG] - tntrun: launching the ranks: " in job_log
+    # The console: tntrun's lines as written, its DEBUG lines with hydra.verbose=tntrun.
+    assert "\ntntrun: run FINISHED\n" in result.stdout
+    assert "\ntntrun: launching the ranks: " in result.stdout
+    assert "][INFO] - tntrun" not in result.stdout + result.stderr

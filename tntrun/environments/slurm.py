@@ -6,13 +6,15 @@ without calling scontrol, except to requeue.
 
 from __future__ import annotations
 
+import logging
 import re
 import signal
 import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 
 from tntrun.environments import Allocation, ClusterEnvironment
+
+log = logging.getLogger(__name__)
 
 
 class SlurmEnvironment(ClusterEnvironment):
@@ -54,13 +56,11 @@ class SlurmEnvironment(ClusterEnvironment):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the requeue ends this job: let it
         done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
         if done.returncode == 0:
-            print(f"tntrun: requeued Slurm job {job}; it continues this run", flush=True)
+            log.info(f"tntrun: requeued Slurm job {job}; it continues this run")
         else:
-            print(
+            log.warning(
                 f"tntrun: could not requeue Slurm job {job} ({done.stderr.strip()}): submit "
-                "with --requeue, or continue with resume=auto",
-                file=sys.stderr,
-                flush=True,
+                "with --requeue, or continue with resume=auto"
             )
 
     def tags(self) -> dict[str, str]:

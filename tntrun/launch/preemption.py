@@ -14,8 +14,8 @@ the requeued job continues the same run (``resume=auto``).
 
 from __future__ import annotations
 
+import logging
 import signal
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,6 +24,8 @@ from typing import Any
 
 from tntrun.contract import run_files
 from tntrun.contract.stop_signals import signal_number
+
+log = logging.getLogger(__name__)
 
 
 class StopOnSignals:
@@ -67,22 +69,18 @@ class StopOnSignals:
             raise KeyboardInterrupt  # stop now: Ctrl-C's path
         self.received = sig
         self.request_file.write_text(sig.name)
-        print(
+        log.warning(
             f"tntrun: {sig.name}: the ranks stop at the next step they agree on, checkpoint "
             f"it and exit (up to {self.grace_s:g} s, train.preempt_grace_s; signal again to "
-            "stop at once)",
-            file=sys.stderr,
-            flush=True,
+            "stop at once)"
         )
         self._deadline = threading.Timer(self.grace_s, self._too_late)
         self._deadline.daemon = True
         self._deadline.start()
 
     def _too_late(self) -> None:
-        print(
+        log.warning(
             f"tntrun: the ranks did not stop within {self.grace_s:g} s "
-            "(train.preempt_grace_s); stopping them",
-            file=sys.stderr,
-            flush=True,
+            "(train.preempt_grace_s); stopping them"
         )
         self.stop_ranks()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import os
 import re
 import signal
@@ -19,6 +20,8 @@ from pathlib import Path
 
 from tntrun.contract.rank_logs import RankLogWriter
 from tntrun.launch.watchdog import StallWatchdog
+
+log = logging.getLogger(__name__)
 
 GRACE_SECONDS = 5  # SIGINT first, SIGKILL to what is left after this
 # TensorFlow's import-time messages that no log level silences and that say
@@ -122,22 +125,23 @@ class RankJob:
 
     def _on_stall(self, message: str) -> None:
         self._stalled.append(message)
-        print(f"tntrun: stall watchdog: {message}; stopping the job", flush=True)
+        log.info(f"tntrun: stall watchdog: {message}; stopping the job")
         _stop(self.process)
 
     def follow(self) -> LaunchResult:
         """Relay the job's output until it ends (or Ctrl-C stops it)."""
         process = self.process
         try:
-            with self.log_file.open("w") as log:
+            with self.log_file.open("w") as combined:
                 assert process.stdout is not None
                 for line in process.stdout:
-                    log.write(line)
+                    combined.write(line)
                     self.rank_logs.write(line)
                     if not START_UP_NOISE.search(line):
                         sys.stdout.write(line)
                         sys.stdout.flush()  # live through pipes (tee, a test, Slurm logs)
             code = process.wait()
+            log.debug("tntrun: the launcher ended with exit code %d", code)
             stalled = self._stalled[0] if self._stalled else None
             return LaunchResult(code, interrupted=False, stalled=stalled)
         except KeyboardInterrupt:

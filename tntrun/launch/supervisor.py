@@ -10,9 +10,10 @@ through :class:`RankEvents`; the supervisor knows nothing of tracking.
 
 from __future__ import annotations
 
+import logging
 import os
+import shlex
 import signal
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,8 @@ from tntrun.launch.rank_job import LaunchResult, RankJob, StallWatch
 from tntrun.launch.restarts import archive_attempt
 from tntrun.planning.plan import Plan
 from tntrun.planning.resume import ResumePoint
+
+log = logging.getLogger(__name__)
 
 DRIVER_START = process_start_time()  # ranks report their first step relative to it
 
@@ -153,6 +156,7 @@ class Supervisor:
             events.ranks_ended()
 
     def start_ranks(self, env: Mapping[str, str]) -> RankJob:
+        log.debug("tntrun: launching the ranks: %s", shlex.join(self.plan.launch_command))
         return RankJob(
             self.plan.launch_command,
             env,
@@ -176,21 +180,16 @@ class Supervisor:
                 raise PlanError("the run wrote no checkpoint to restart from")
             plan = self.replan(ResumePoint(str(checkpoint), read_meta(checkpoint)))
         except PlanError as err:
-            print(
-                f"tntrun: not restarting the ranks: {'; '.join(err.problems)}",
-                file=sys.stderr,
-                flush=True,
-            )
+            log.warning(f"tntrun: not restarting the ranks: {'; '.join(err.problems)}")
             return False
         self.restarts += 1
         number = events.restarting()
         why = archive_attempt(self.run_dir, number, outcome.stalled)
         self.plan = plan
         plan.save(self.run_dir / run_files.PLAN)
-        print(
+        log.info(
             f"tntrun: {why}; restart {self.restarts} of {limit} (train.max_restarts) from "
-            f"{checkpoint.name}, in the same run",
-            flush=True,
+            f"{checkpoint.name}, in the same run"
         )
         events.restarted(number, f"{why}; from {checkpoint.name}", plan)
         return True

@@ -8,11 +8,13 @@ and ``tntrun sync`` look at the RUNNING runs and end those whose driver is gone
 
 from __future__ import annotations
 
-import sys
+import logging
 from collections.abc import Iterable
 
 from tntrun.contract.driver_alive import lost_driver
 from tntrun.tracking import RunSummary
+
+log = logging.getLogger(__name__)
 
 DRIVER_LOST_TAG = "driver_lost"
 
@@ -28,6 +30,4 @@ def lost_runs(running: Iterable[RunSummary], here: str | None = None) -> list[tu
 
 
 def announce_lost(run_id: str, why: str) -> None:
-    print(
-        f"tntrun: run {run_id} ended KILLED: {why} ({DRIVER_LOST_TAG})", file=sys.stderr, flush=True
-    )
+    log.warning(f"tntrun: run {run_id} ended KILLED: {why} ({DRIVER_LOST_TAG})")

@@ -14,8 +14,8 @@ lives under one lock.
 
 from __future__ import annotations
 
+import logging
 import shlex
-import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -46,6 +46,8 @@ from tntrun.tracking.opening import (
 from tntrun.tracking.outage import Delivery, Pending, describe, is_outage, sync_line
 from tntrun.tracking.run_record import failure_reason
 from tntrun.tracking.session import TrackingSession
+
+log = logging.getLogger(__name__)
 
 SHOWN_METRICS = ("val_accuracy", "val_loss", "bleu", "bleu_uncased")
 
@@ -145,7 +147,7 @@ class Recorder:
             (run_dir / run_files.RUN_ID).write_text(run_id)
             if not self.resumed:
                 log_run_params(tracker, self.cfg, self._plan, self.origin, self.dataset)
-        print(f"tntrun: {tracker.label} run {run_id} in {tracker.store}", flush=True)
+        log.info(f"tntrun: {tracker.label} run {run_id} in {tracker.store}")
 
     def _open_tracked(self) -> tuple[Tracker, str | None]:
         """:meth:`open`; if the store went away since the pre-flight check, training goes
@@ -157,11 +159,9 @@ class Recorder:
                 raise
             with self._lock:
                 self._deferred = True
-            print(
+            log.warning(
                 f"tntrun: the tracking store {self.tracker.store} does not answer "
-                f"({describe(err)}); training goes on and the run is recorded once it does",
-                file=sys.stderr,
-                flush=True,
+                f"({describe(err)}); training goes on and the run is recorded once it does"
             )
         return self.tracker, self.prefix
 
@@ -186,19 +186,15 @@ class Recorder:
             with self._lock:
                 if self._deferred:  # _open_tracked said so already
                     return
-            print(
+            log.warning(
                 f"tntrun: the tracking store {store} does not answer ({describe(err)}); "
                 f"training goes on and rank 0's metrics wait in {path} (the hosts' system "
-                f"metrics in {path.parent / run_files.SYSTEM_METRICS})",
-                file=sys.stderr,
-                flush=True,
+                f"metrics in {path.parent / run_files.SYSTEM_METRICS})"
             )
 
         def back(lines: int) -> None:
-            print(
-                f"tntrun: the tracking store {store} answers again; {lines} metric lines caught up",
-                file=sys.stderr,
-                flush=True,
+            log.warning(
+                f"tntrun: the tracking store {store} answers again; {lines} metric lines caught up"
             )
 
         relay = MetricsRelay(
@@ -269,20 +265,16 @@ class Recorder:
         )
         grace = float(self.cfg.tracking.outage_grace_s)
         if waiting:
-            print(
+            log.warning(
                 f"tntrun: waiting up to {grace:g} s (tracking.outage_grace_s) for "
-                f"{tracker.store} to take the rest of the run",
-                file=sys.stderr,
-                flush=True,
+                f"{tracker.store} to take the rest of the run"
             )
         error = delivery.within(grace)
         if error is None:
             if waiting:
-                print(
+                log.warning(
                     f"tntrun: the tracking store {tracker.store} answers again; metrics, "
-                    f"outputs and status {status} delivered",
-                    file=sys.stderr,
-                    flush=True,
+                    f"outputs and status {status} delivered"
                 )
             return
         with self._lock:
@@ -320,18 +312,18 @@ def final_report(tracker: Tracker, run_dir: Path, outcome: str, pending: bool) -
     it; ``pending``: the store was unreachable, the metrics come from the file and
     ``tntrun sync`` delivers the rest."""
     metrics = last_values(run_dir / run_files.METRICS) if pending else tracker.summary().metrics
-    print()
-    print(f"tntrun: run {outcome}")
+    log.info("")
+    log.info(f"tntrun: run {outcome}")
     for key in SHOWN_METRICS:
         if key in metrics:
-            print(f"tntrun: final {key}: {metrics[key]:.4f}")
+            log.info(f"tntrun: final {key}: {metrics[key]:.4f}")
     if tracker.run_id:
-        print(f"tntrun: {tracker.label} run id: {tracker.run_id}")
-    print(f"tntrun: run directory: {run_dir}")
+        log.info(f"tntrun: {tracker.label} run id: {tracker.run_id}")
+    log.info(f"tntrun: run directory: {run_dir}")
     if pending:  # the training's outcome stands; its record waits for `tntrun sync`
-        print(sync_line(tracker.store, run_dir), flush=True)
+        log.info(sync_line(tracker.store, run_dir))
     elif isinstance(tracker, Browsable):
         if command := tracker.ui_command():
-            print(f"tntrun: open the {tracker.label} UI with: {shlex.join(command)}")
-        print(f"tntrun: the run in it: {tracker.ui_url()}")
+            log.info(f"tntrun: open the {tracker.label} UI with: {shlex.join(command)}")
+        log.info(f"tntrun: the run in it: {tracker.ui_url()}")
     return Recorded(tracker.run_id, metrics, pending=pending)

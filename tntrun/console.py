@@ -1,0 +1,52 @@
+"""What the driver says: Python logging, shown on the console as plain lines.
+
+Every driver-side module logs to its own ``logging.getLogger(__name__)`` (the
+``tntrun`` tree): INFO for the run's story, WARNING for notes and errors, DEBUG for
+what ``hydra.verbose=tntrun`` should show. Under the ``tntrun`` command Hydra's job
+logging (``conf/config.yaml``) sends each record to Hydra's job log
+(``<run dir>/cli.log``, with times) and to :class:`ConsoleHandler`; a process of the
+user's own (the Python API) gets that handler from :func:`ensure_console` unless it set
+up logging itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+ROOT = "tntrun"
+
+
+class ConsoleFormatter(logging.Formatter):
+    """tntrun's lines as they are written (``tntrun: ...``); other libraries' records that
+    reach the console keep their logger's name and level."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        if record.name == ROOT or record.name.startswith(f"{ROOT}."):
+            return message
+        return f"[{record.name}][{record.levelname}] - {message}"
+
+
+class ConsoleHandler(logging.StreamHandler):
+    """INFO and below to stdout, WARNING and above to stderr, as tntrun's ``print`` calls
+    did; the stream is looked up per record, so a redirected ``sys.stdout`` is followed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFormatter(ConsoleFormatter())
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.setStream(sys.stderr if record.levelno >= logging.WARNING else sys.stdout)
+        super().emit(record)
+
+
+def ensure_console() -> None:
+    """Show tntrun's INFO lines in a process whose logging nobody configured (the Python
+    API, a subcommand); a configured process (Hydra, the user's own set-up) is left as is."""
+    logger = logging.getLogger(ROOT)
+    if logging.getLogger().handlers or logger.handlers:
+        return
+    logger.addHandler(ConsoleHandler())
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.INFO)
