@@ -1,5 +1,6 @@
 """What a user labels a run with reaches MLflow: ``tracking.tags``, ``tracking.description``
-(MLflow's note) and MLflow's own ``MLFLOW_EXPERIMENT_NAME`` when the config names none."""
+(MLflow's note), and ``MLFLOW_EXPERIMENT_NAME`` / ``MLFLOW_RUN_NAME`` when the config names
+none."""
 
 from __future__ import annotations
 
@@ -23,12 +24,13 @@ def test_tags_description_and_the_experiment_from_the_environment(tmp_path):
         "+tracking.tags.ticket=ML-42",
         "tracking.description=baseline before the augmentation change",
     )
-    env = {**clean_env(), "MLFLOW_EXPERIMENT_NAME": "myexp"}
+    env = {**clean_env(), "MLFLOW_EXPERIMENT_NAME": "myexp", "MLFLOW_RUN_NAME": "baseline"}
     result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     client = MlflowClient(store_uri(tmp_path))
     run = client.get_run((run_dir_of(result) / "run_id").read_text())
     assert client.get_experiment(run.info.experiment_id).name == "myexp"
+    assert run.info.run_name == "baseline"
     tags = run.data.tags
     assert tags["team"] == "vision" and tags["ticket"] == "ML-42"
     assert tags["mlflow.note.content"] == "baseline before the augmentation change"

@@ -133,6 +133,7 @@ class TrackingConfig:
     uri: str | None = None
     # null: $MLFLOW_EXPERIMENT_NAME, else DEFAULT_EXPERIMENT.
     experiment_name: str | None = None
+    # null: $MLFLOW_RUN_NAME (a sweep's jobs add -job<N>), else <model>-<dataset>-<ranks>x<mb>.
     run_name: str | None = None
     # Tags of the run (+tracking.tags.team=vision), and its description (MLflow's note).
     tags: dict[str, str] = field(default_factory=dict)

@@ -6,6 +6,7 @@ Recorder` decides when to open the run.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,9 +42,14 @@ def problem_hash(cfg: DictConfig) -> str:
 
 
 def run_name(cfg: DictConfig, plan: Plan, origin: RunOrigin) -> str:
-    """``tracking.run_name``, else ``<model>-<dataset>-<ranks>x<micro-batch>``
-    (``mlp-digits-2x32``), for the runs table."""
-    return cfg.tracking.run_name or default_run_name(
+    """``tracking.run_name``, else ``$MLFLOW_RUN_NAME`` (a sweep's job adds ``-job<N>``),
+    else ``<model>-<dataset>-<ranks>x<micro-batch>`` (``mlp-digits-2x32``), for the runs
+    table."""
+    if cfg.tracking.run_name:
+        return str(cfg.tracking.run_name)
+    if named := os.environ.get("MLFLOW_RUN_NAME"):
+        return named if origin.job is None else f"{named}-job{origin.job}"
+    return default_run_name(
         origin.choices,
         cfg.model.get("_target_"),
         cfg.dataset.get("_target_"),
