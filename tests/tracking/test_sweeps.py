@@ -63,6 +63,24 @@ def test_sweep_makes_a_parent_run_with_children_and_a_scaling_report(tmp_path):
     assert (tmp_path / "again" / "report.md").exists()
 
 
+def test_a_sweep_over_seeds_reports_their_mean_and_spread(tmp_path):
+    result = tntrun_cli(
+        tmp_path, "-m", "seed=1,2", "train.epochs=1", "tracking.system_metrics=false"
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    client = MlflowClient(store_uri(tmp_path))
+    runs = client.search_runs([client.get_experiment_by_name("tntrun").experiment_id])
+    (parent,) = [r for r in runs if r.data.tags.get("tntrun.tracking.sweep") == "parent"]
+    accuracies = [r.data.metrics["val_accuracy"] for r in runs if r is not parent]
+    mean = sum(accuracies) / 2
+    line = f"all jobs: val_accuracy {mean:.4f} ± {abs(accuracies[0] - mean) * 2**0.5:.4f} over 2"
+    assert parent.data.tags["repeats.1"].startswith(line)
+    assert f"tntrun: {line} seeds (" in result.stdout
+    report_dir = next((tmp_path / "outputs" / "multirun").glob("*/*/report"))
+    assert "| all jobs | " in (report_dir / "seeds.md").read_text()
+    assert "## Repeats over seeds" in (report_dir / "report.md").read_text()
+
+
 def test_four_concurrent_drivers_share_one_store(tmp_path):
     outputs = concurrent_drivers(
         tmp_path,

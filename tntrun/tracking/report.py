@@ -6,7 +6,8 @@ and writes ``report.csv``, ``report.md`` and PNG plots, logged to the parent
 run under ``report/``. Scaling efficiency of a child with world size N is
 T_N / ((N / N_0) x T_0), with T the steady-state throughput (samples/s) and
 N_0, T_0 those of the sweep's smallest world size (the median when several
-children share it).
+children share it). Jobs that differ only by ``seed`` also get their mean and spread
+per configuration (``seeds.md``, :mod:`~tntrun.tracking.seed_groups`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 from tntrun.config.schema import TrackingConfig
 from tntrun.tracking import RunSummary, Tracker, children_of, tracker_for
+from tntrun.tracking.seed_groups import seed_groups, seeds_markdown
 from tntrun.tracking.sweep_parent import parent_run_id
 
 COLUMNS = (
@@ -112,7 +114,12 @@ def write_report(tracker: Tracker, children: Sequence[RunSummary], out_dir: Path
         writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
-    (out_dir / "report.md").write_text(_markdown(rows))
+    markdown = _markdown(rows)
+    groups = seed_groups(children)
+    if groups:  # repeats: the mean and spread over seeds of each configuration
+        (out_dir / "seeds.md").write_text(seeds_markdown(groups))
+        markdown += "\n## Repeats over seeds\n\n" + seeds_markdown(groups)
+    (out_dir / "report.md").write_text(markdown)
     for key, label in (
         ("steady_samples_per_s", "throughput (samples/s)"),
         ("steady_step_time_ms", "step time (ms)"),

@@ -9,6 +9,7 @@ directory, which works for in-process, forked and cluster launchers alike.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +21,11 @@ from omegaconf import DictConfig, OmegaConf
 from tntrun.contract.metrics import lowest_is_best
 from tntrun.errors import print_problems
 from tntrun.experiment import EXIT_CONFIG_ERROR
-from tntrun.tracking import Tracker, children_of, tracker_for
+from tntrun.tracking import RunSummary, Tracker, children_of, tracker_for
 from tntrun.tracking.logged_model import register_best_job
 from tntrun.tracking.provenance import source_tags
 from tntrun.tracking.report import write_report
+from tntrun.tracking.seed_groups import seed_groups, seeds_line
 from tntrun.tracking.sweep_parent import PARENT_FILE, parent_run_id
 
 # Jobs of the sweeps ended in this process whose runs did not finish, as the store says:
@@ -111,6 +113,7 @@ class SweepTracking(Callback):
         tracker.set_tag("children.finished", str(statuses.count("FINISHED")))
         if children:
             write_report(tracker, children, sweep_dir / "report")
+            report_repeats(tracker, children, str(config.tracking.objective))
             direction = sweeper_direction(config)
             register_best_job(tracker, children, config.tracking, direction)
         ok = statuses and all(status == "FINISHED" for status in statuses)
@@ -122,3 +125,13 @@ class SweepTracking(Callback):
             f"tntrun: sweep parent run {tracker.run_id}: {statuses.count('FINISHED')}/"
             f"{len(statuses)} jobs finished; report in {sweep_dir / 'report'}"
         )
+
+
+def report_repeats(tracker: Tracker, children: Sequence[RunSummary], objective: str) -> None:
+    """Jobs that differ only by seed: the objective's mean and spread per configuration, on
+    the console and as the parent run's ``repeats.<N>`` tags."""
+    for number, group in enumerate(seed_groups(children), start=1):
+        line = seeds_line(group, objective)
+        if line is not None:
+            print(f"tntrun: {line}")
+            tracker.set_tag(f"repeats.{number}", line)
