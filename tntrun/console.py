@@ -15,6 +15,7 @@ import logging
 import sys
 
 ROOT = "tntrun"
+ERASE = "\r\x1b[K"  # to the line's start, cleared to its end: a live progress line goes
 
 
 class ConsoleFormatter(logging.Formatter):
@@ -38,6 +39,8 @@ class ConsoleHandler(logging.StreamHandler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.setStream(sys.stderr if record.levelno >= logging.WARNING else sys.stdout)
+        if sys.stdout.isatty():  # a live progress line may be shown (launch.console_relay)
+            sys.stdout.write(ERASE)
         super().emit(record)
 
 

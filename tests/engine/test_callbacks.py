@@ -8,13 +8,16 @@ and rank 1 waited until the stall watchdog ended the job (``train.stall_timeout_
 from __future__ import annotations
 
 import json
+import os
+import pty
 import re
+import subprocess
 import textwrap
 
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.helpers.commands import tntrun_cli
+from tests.helpers.commands import clean_env, tntrun_cli, tntrun_command
 from tests.helpers.pace import PACE
 from tests.helpers.runs import run_dir_of, store_uri
 from tntrun.contract import run_files
@@ -123,3 +126,50 @@ def test_a_long_epoch_prints_progress_lines_in_a_batch_job(tmp_path):
         out,
     )
     assert lines and all(0 < int(step) <= 22 for step in lines), out[-3000:]
+
+
+def run_on_a_terminal(work, *overrides: str) -> str:
+    """``tntrun`` with its stdout on a pseudo-terminal, as in an interactive shell: all it
+    wrote there, once it ended."""
+    main, terminal = pty.openpty()
+    with subprocess.Popen(
+        tntrun_command(work, *overrides),
+        cwd=work,
+        env=clean_env(),
+        stdout=terminal,
+        stderr=subprocess.DEVNULL,
+    ) as process:
+        os.close(terminal)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:  # EIO: the terminal's last writer closed it
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        assert process.wait(timeout=600) == 0, b"".join(chunks).decode()[-3000:]
+    os.close(main)
+    return b"".join(chunks).decode(errors="replace")
+
+
+def test_a_terminal_gets_a_live_progress_line_that_no_log_keeps(tmp_path):
+    """On a terminal rank 0 adds a line every second that the driver redraws in place (the
+    30-s line of a batch job does not come in a 2-s epoch); the logs keep none of it."""
+    (tmp_path / "pace.py").write_text(PACE)
+    out = run_on_a_terminal(
+        tmp_path,
+        "train.epochs=1",
+        "tracking.system_metrics=false",
+        "+callbacks.pace._target_=pace.Pace",
+        "+callbacks.pace.step_s=0.1",
+        f"+callbacks.pace.until={tmp_path / 'never'}",
+    )
+    live = re.findall(r"\r\x1b\[Kepoch 1/1: step (\d+)/22 \(\d+%\), [\d,]+ samples/s, ", out)
+    assert live and all(0 < int(step) <= 22 for step in live), out[-3000:]
+    assert run_files.LIVE_PREFIX not in out
+    assert "\ntntrun: run FINISHED" in out.replace("\r", "").replace("\x1b[K", "")
+    run_dir = next((tmp_path / "outputs" / "runs").glob("*/*"))
+    for log in (run_dir / run_files.RANKS_LOG, run_dir / "logs" / "rank.0.log"):
+        assert "samples/s, loss" not in log.read_text(), log

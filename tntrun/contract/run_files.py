@@ -64,6 +64,10 @@ OUTPUT_FOLDERS = (
 ENV_DRIVER_START = "TNTRUN_DRIVER_START"  # wall time the driver process started (start-up metric)
 ENV_USER_PATH = "TNTRUN_USER_PATH"  # the driver's working directory: user modules import from it
 ENV_PINNED = "TNTRUN_PINNED_TO_SOCKET"  # set once a rank re-executed itself under numactl
+# The driver's console is a terminal: rank 0 also prints a live progress line every second,
+# LIVE_PREFIX first, which the driver redraws in place and keeps out of the logs.
+ENV_LIVE_PROGRESS = "TNTRUN_LIVE_PROGRESS"
+LIVE_PREFIX = "tntrun-live:"
 # The cluster environment whose task variables place a rank (launcher=srun: slurm), so the rank
 # maps them to Horovod's before Horovod starts (tntrun.environments, rank_environment).
 ENV_RANK_ENVIRONMENT = "TNTRUN_RANK_ENVIRONMENT"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -18,6 +19,7 @@ from tntrun.config.zoo import build_dataset, build_model, distributes_automatica
 from tntrun.contract.checkpoints import STATE_PREFIX, CheckpointMeta, config_hash
 from tntrun.contract.metrics import MetricsWriter
 from tntrun.contract.run_files import (
+    ENV_LIVE_PROGRESS,
     FINAL_MODEL,
     FINAL_WEIGHTS,
     HEARTBEATS,
@@ -271,7 +273,9 @@ def train(
             cfg, plan, run_dir, metrics_log, lambda path: save_clean_model(model, cfg, info, path)
         )
         if cfg.train.progress_interval_s > 0:
-            callbacks.append(cb.EpochProgress(cfg.train.progress_interval_s, plan, agreement))
+            live = os.environ.get(ENV_LIVE_PROGRESS) == "1"  # a terminal shows it
+            interval = float(cfg.train.progress_interval_s)
+            callbacks.append(cb.EpochProgress(interval, plan, agreement, live))
     callbacks.append(cb.Heartbeat(run_dir / HEARTBEATS, rank))  # last: see Heartbeat
 
     def stream(first_epoch: int):

@@ -13,12 +13,12 @@ import os
 import re
 import signal
 import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from tntrun.contract.rank_logs import RankLogWriter
+from tntrun.launch.console_relay import ConsoleRelay, live_text
 from tntrun.launch.watchdog import StallWatchdog
 
 log = logging.getLogger(__name__)
@@ -105,6 +105,7 @@ class RankJob:
     ) -> None:
         self.log_file, self.rank_logs = log_file, rank_logs
         self._stalled: list[str] = []
+        self.console = ConsoleRelay()
         self.process = subprocess.Popen(
             list(command),
             env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
@@ -135,11 +136,13 @@ class RankJob:
             with self.log_file.open("w") as combined:
                 assert process.stdout is not None
                 for line in process.stdout:
+                    if (text := live_text(line)) is not None:
+                        self.console.live(text)  # for the eyes only: no log keeps it
+                        continue
                     combined.write(line)
                     self.rank_logs.write(line)
                     if not START_UP_NOISE.search(line):
-                        sys.stdout.write(line)
-                        sys.stdout.flush()  # live through pipes (tee, a test, Slurm logs)
+                        self.console.line(line)
             code = process.wait()
             log.debug("tntrun: the launcher ended with exit code %d", code)
             stalled = self._stalled[0] if self._stalled else None
@@ -148,6 +151,7 @@ class RankJob:
             _stop(process)
             return LaunchResult(process.returncode or 130, interrupted=True)
         finally:
+            self.console.close()
             self.stop()
 
     def terminate(self) -> None:

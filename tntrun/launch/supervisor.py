@@ -14,6 +14,7 @@ import logging
 import os
 import shlex
 import signal
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,6 +141,7 @@ class Supervisor:
             **extra_env,
             run_files.ENV_DRIVER_START: repr(DRIVER_START),
             run_files.ENV_USER_PATH: os.getcwd(),
+            run_files.ENV_LIVE_PROGRESS: "1" if sys.stdout.isatty() else "0",
         }
         heartbeat = DriverHeartbeat(self.run_dir)  # the ranks end within seconds of ours
         heartbeat.start()
