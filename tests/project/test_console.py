@@ -32,14 +32,18 @@ def test_info_goes_to_stdout_and_warnings_to_stderr_as_written(logger, capsys):
 
 
 def test_another_librarys_record_keeps_its_name_and_level(capsys):
-    other = logging.getLogger("alembic.test_console")
+    other = logging.getLogger("otherlib.test_console")
     handler = ConsoleHandler()
     other.addHandler(handler)
+    other.propagate = False  # only this handler, whatever other tests set up
     try:
         other.warning("Context impl SQLiteImpl.")
     finally:
         other.removeHandler(handler)
-    assert capsys.readouterr().err == "[alembic.test_console][WARNING] - Context impl SQLiteImpl.\n"
+        other.propagate = True
+    assert (
+        capsys.readouterr().err == "[otherlib.test_console][WARNING] - Context impl SQLiteImpl.\n"
+    )
 
 
 def test_a_process_that_configured_logging_is_left_alone(monkeypatch):

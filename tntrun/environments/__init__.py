@@ -11,11 +11,12 @@ Adding an environment (PBS, LSF) is one module and a line in :data:`ENVIRONMENTS
 
 from __future__ import annotations
 
-import importlib
 import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
+
+from tntrun.registry import find_class
 
 ENVIRONMENTS = {
     "slurm": "tntrun.environments.slurm.SlurmEnvironment",
@@ -96,9 +97,8 @@ class ClusterEnvironment:
 
 
 def _environment_class(name: str) -> type[ClusterEnvironment]:
-    module, _, attr = ENVIRONMENTS.get(name, name).rpartition(".")
-    found = getattr(importlib.import_module(module), attr) if module else None
-    if not (isinstance(found, type) and issubclass(found, ClusterEnvironment)):
+    found = find_class(name, ENVIRONMENTS, ClusterEnvironment)
+    if found is None:
         raise ValueError(f"no cluster environment {name!r}: choose {', '.join(ENVIRONMENTS)}")
     return found
 

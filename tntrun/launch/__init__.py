@@ -10,7 +10,6 @@ the job (srun's rendezvous server). Adding one is a module with a
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -22,6 +21,7 @@ from tntrun.errors import PlanError
 from tntrun.planning.knobs import HorovodKnob
 from tntrun.planning.machine import MachineFacts
 from tntrun.planning.plan import Plan
+from tntrun.registry import find_class
 
 LAUNCHERS = {
     "horovodrun": "tntrun.launch.horovodrun.HorovodrunLauncher",
@@ -113,13 +113,8 @@ def with_launch_command(plan: Plan, cfg: Mapping[str, Any], facts: MachineFacts)
 
 def launcher_for(name: str) -> Launcher:
     """The launcher registered as ``name``, or the class at a dotted path."""
-    path = LAUNCHERS.get(name, name)
-    module, _, attr = path.rpartition(".")
-    try:
-        found = getattr(importlib.import_module(module), attr) if module else None
-    except ImportError:
-        found = None
-    if not (isinstance(found, type) and issubclass(found, Launcher)):
+    found = find_class(name, LAUNCHERS, Launcher)
+    if found is None:
         raise PlanError(
             f"launcher={name}: choose {' or '.join(LAUNCHERS)} "
             "(or the dotted path of a tntrun.launch.Launcher subclass)"

@@ -153,18 +153,16 @@ def children_of(tracker: Tracker) -> list[RunSummary]:
 
 def tracker_for(settings: Mapping[str, Any], output_root: Path) -> Tracker:
     """The tracker named by ``tracking._target_``, given the whole ``tracking`` config."""
-    from hydra.utils import get_class
-
     from tntrun.errors import PlanError
+    from tntrun.registry import find_class
 
     target = str(settings.get("_target_") or "")
-    try:
-        cls = get_class(target)
-    except Exception:
+    cls = find_class(target, {})
+    if cls is None:
         raise PlanError(
             f"tracking._target_={target}: no such class; use "
             "tntrun.tracking.mlflow_tracker.MlflowTracker or your own Tracker class"
-        ) from None
+        )
     return cls(settings, output_root)
 
 
