@@ -91,8 +91,10 @@ def run(exp: Experiment) -> RunResult:
             exp = replace(exp, config=config)
         cfg = exp.config
         plan, sized = make_plan(exp, run_dir, resumed.point if resumed else None)
-    except PlanError as err:
+    except PlanError as err:  # e.g. a layout change not allowed: before any rank or record
         return config_error(err.problems, run_dir)
+    if resumed:
+        print(f"tntrun: {resumed.how}: continuing run {resumed.run_id}", flush=True)
     keras_note = keras_override_note(os.environ)
     for note in [*plan.notes(), *([keras_note] if keras_note else [])]:
         print(f"tntrun: note: {note}", file=sys.stderr)
@@ -142,8 +144,6 @@ def resume_reference(exp: Experiment, tracker: Tracker) -> tuple[str | None, str
             f"checkpoint in {tracker.store}; starting a new run",
             flush=True,
         )
-    else:
-        print(f"tntrun: {how}: continuing run {found}", flush=True)
     return found, how
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tntrun.config.values import value_problems
+from tntrun.config.zoo import distributes_automatically
 from tntrun.datasets.base import DatasetInfo
 from tntrun.errors import PlanError
 from tntrun.planning.knobs import HorovodKnob, horovod_knobs
@@ -387,6 +388,7 @@ def build_plan(
             global_batch=global_batch,
             updates_per_epoch=steps,
             epochs=epochs,
+            samples_follow_steps=distributes_automatically(cfg["dataset"]),
         )
     sockets = int(cfg["sockets_per_node"] or facts.sockets_per_node)
     fusion = next((k.value * 1024 for k in knobs if k.key == "fusion_threshold_kb"), None)
