@@ -8,8 +8,8 @@ they import TensorFlow, relays rank 0's metrics and always ends the run.
 
 from __future__ import annotations
 
+import logging
 import os
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,8 @@ from tntrun.tracking.opening import RunOrigin, problem_hash
 from tntrun.tracking.outage import EXIT_TRACKING_PENDING
 from tntrun.tracking.recorder import Recorder
 
+log = logging.getLogger(__name__)
+
 
 def make_plan(exp: Experiment, run_dir: Path, resume: Any = None) -> tuple[Plan, SizedDataset]:
     """Vet the targets, size the dataset and derive the plan (no TensorFlow).
@@ -65,13 +67,13 @@ def make_plan(exp: Experiment, run_dir: Path, resume: Any = None) -> tuple[Plan,
 
 def dry_run(cfg: DictConfig, plan: Plan, run_dir: Path, assumed: str | None) -> None:
     """Show the config, the plan and the launch command; start nothing."""
-    print("== Config ==")
-    print(OmegaConf.to_yaml(cfg, resolve=True))
-    print(render_plan(plan))
+    log.info("== Config ==")
+    log.info(OmegaConf.to_yaml(cfg, resolve=True))
+    log.info(render_plan(plan))
     if assumed:
-        print(f"\nnote: {assumed}")
-    print(f"\nLR schedule chart: {write_schedule_chart(plan, run_dir / run_files.LR_PLOT)}")
-    print("dry run: nothing was launched and no run was tracked")
+        log.info(f"\nnote: {assumed}")
+    log.info(f"\nLR schedule chart: {write_schedule_chart(plan, run_dir / run_files.LR_PLOT)}")
+    log.info("dry run: nothing was launched and no run was tracked")
 
 
 def run(exp: Experiment) -> RunResult:
@@ -91,11 +93,13 @@ def run(exp: Experiment) -> RunResult:
             exp = replace(exp, config=config)
         cfg = exp.config
         plan, sized = make_plan(exp, run_dir, resumed.point if resumed else None)
-    except PlanError as err:
+    except PlanError as err:  # e.g. a layout change not allowed: before any rank or record
         return config_error(err.problems, run_dir)
+    if resumed:
+        log.info(f"tntrun: {resumed.how}: continuing run {resumed.run_id}")
     keras_note = keras_override_note(os.environ)
     for note in [*plan.notes(), *([keras_note] if keras_note else [])]:
-        print(f"tntrun: note: {note}", file=sys.stderr)
+        log.warning(f"tntrun: note: {note}")
     if cfg.dry_run:
         run_dir.mkdir(parents=True, exist_ok=True)
         dry_run(cfg, plan, run_dir, sized.assumed)
@@ -111,11 +115,10 @@ def run(exp: Experiment) -> RunResult:
         carry_over(resumed.run_dir, run_dir)  # each host's system metrics go on from there
     (run_dir / run_files.CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
     plan.save(run_dir / run_files.PLAN)
-    print(
+    log.info(
         f"tntrun: {plan.world_size} ranks on {', '.join(f'{h}:{s}' for h, s in plan.hosts)}; "
         f"global batch {plan.global_batch_size} = {plan.world_size} x {plan.micro_batch_size}; "
-        f"{plan.steps_per_epoch} steps/epoch x {plan.epochs} epochs; lr {plan.scaled_lr:g}",
-        flush=True,
+        f"{plan.steps_per_epoch} steps/epoch x {plan.epochs} epochs; lr {plan.scaled_lr:g}"
     )
     return launch(exp, plan, run_dir, tracker, resumed, sized.info)
 
@@ -137,13 +140,10 @@ def resume_reference(exp: Experiment, tracker: Tracker) -> tuple[str | None, str
         return None, ""
     found = first_resumable(tracker.unfinished_runs(wanted))
     if found is None:
-        print(
+        log.info(
             f"tntrun: {how}: no unfinished run of this {'job' if job else 'config'} with a "
-            f"checkpoint in {tracker.store}; starting a new run",
-            flush=True,
+            f"checkpoint in {tracker.store}; starting a new run"
         )
-    else:
-        print(f"tntrun: {how}: continuing run {found}", flush=True)
     return found, how
 
 

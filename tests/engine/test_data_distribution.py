@@ -75,3 +75,45 @@ def test_evaluation_shards_cover_the_set_exactly_once():
         for x in batch[0]
     ]
     assert sorted(seen) == list(range(N))
+
+
+def global_steps(size: int, *, drop: bool, skip: int) -> list[list[tuple[int, float]]]:
+    """Each global step's (sample, weight) pairs, sorted, on ``size`` ranks of GLOBAL samples a
+    step, each rank's stream skipping ``skip`` micro-batches (a resumed epoch's start)."""
+    data = tf.data.Dataset.from_tensor_slices((np.arange(N), np.arange(N) % 10))
+    steps = N // GLOBAL if drop else -(-N // GLOBAL)
+    per_rank = [
+        list(
+            distribute_train(
+                data,
+                num_samples=N,
+                micro_batch=GLOBAL // size,
+                steps_per_epoch=steps,
+                rank=rank,
+                size=size,
+                seed=7,
+                first_epoch=1,
+                epochs=2,
+                drop_remainder=drop,
+            ).skip(skip)
+        )
+        for rank in range(size)
+    ]
+    steps_of_all = zip(*per_rank, strict=True)
+    return [sorted(pair for batch in step for pair in weighted(batch)) for step in steps_of_all]
+
+
+def weighted(batch) -> list[tuple[int, float]]:
+    """A micro-batch's (sample, weight) pairs (weight 1 without a padding weight)."""
+    weights = batch[2].numpy() if len(batch) == 3 else np.ones(len(batch[0]))
+    return [(int(x), float(w)) for x, w in zip(batch[0].numpy(), weights, strict=True)]
+
+
+@pytest.mark.parametrize("drop", [True, False])
+def test_a_global_step_trains_the_same_samples_on_any_number_of_ranks(drop):
+    """What lets a preempted run continue mid-epoch on another world size with the same global
+    batch: skipping b micro-batches on each rank skips the same samples as on any layout."""
+    on_two = global_steps(2, drop=drop, skip=3)
+    assert len(on_two) == (N // GLOBAL if drop else -(-N // GLOBAL)) - 3
+    assert global_steps(1, drop=drop, skip=3) == on_two
+    assert global_steps(4, drop=drop, skip=3) == on_two

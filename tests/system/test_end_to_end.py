@@ -107,7 +107,8 @@ def test_the_run_story_is_in_hydras_job_log_and_verbose_adds_tntruns_debug(run_t
     result = run_tntrun("train.epochs=1", "tracking.system_metrics=false", "hydra.verbose=tntrun")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     job_log = (run_dir_of(result) / "cli.log").read_text()
-    for line in ("tntrun: MLflow run ", "tntrun: run FINISHED", "tntrun: launching the ranks: "):
+    story = ("tntrun: 2 ranks on localhost:2", "tntrun: MLflow run ", "tntrun: run FINISHED")
+    for line in (*story, "tntrun: launching the ranks: "):
         assert f"][INFO] - {line}" in job_log or f"][DEBUG] - {line}" in job_log, line
     assert "[tntrun.launch.supervisor][DEBUG] - tntrun: launching the ranks: " in job_log
     # The console: tntrun's lines as written, its DEBUG lines with hydra.verbose=tntrun.

@@ -37,6 +37,19 @@ VOLATILE_KEYS = (
     "resume_allow_layout_change",
     "callbacks",
 )
+# Keys that only say where the ranks run: the same experiment on another layout has the same
+# hash, so resume=auto finds it; the checkpoint's world size tells the layout changed.
+LAYOUT_KEYS = (
+    "nodes",
+    "gpus",
+    "ranks_per_node",
+    "threads_per_rank",
+    "sockets_per_node",
+    "pin_to_socket",
+    "hosts",
+    "hostfile",
+    "launcher",
+)
 
 
 @dataclass(frozen=True)
@@ -50,8 +63,9 @@ class CheckpointMeta:
 
 
 def config_hash(config: Mapping[str, Any]) -> str:
-    """A short hash of the parts of a resolved config that define the training problem."""
-    stable = {k: v for k, v in config.items() if k not in VOLATILE_KEYS}
+    """A short hash of the parts of a resolved config that define the training problem:
+    neither what may change on resumption nor the layout."""
+    stable = {k: v for k, v in config.items() if k not in (*VOLATILE_KEYS, *LAYOUT_KEYS)}
     return hashlib.sha256(json.dumps(stable, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -1,4 +1,5 @@
-"""Fault injection for rehearsing failures: make one rank raise, exit, die or stall.
+"""Fault injection for rehearsing failures: make one rank raise, exit, die, stall or be
+preempted.
 
 Add it as a user callback on all ranks, e.g.::
 
@@ -18,12 +19,15 @@ from pathlib import Path
 import horovod.tensorflow as hvd
 import keras
 
-KINDS = ("raise", "exit", "kill", "stall", "nan_loss")
+KINDS = ("raise", "exit", "kill", "stall", "nan_loss", "preempt")
 
 
 class InjectFault(keras.callbacks.Callback):
     """At training step ``at_step`` on rank ``rank``: raise, exit(3), SIGKILL itself, sleep,
-    or (``nan_loss``, once) set a weight to NaN, so that step's loss on that rank is NaN."""
+    (``nan_loss``, once) set a weight to NaN, so that step's loss on that rank is NaN, or
+    (``preempt``) SIGTERM itself as Slurm preempts a task: the handler runs before ``os.kill``
+    returns, so with SIGTERM in ``train.preempt_signals`` the ranks stop together after
+    step ``at_step + 2`` and checkpoint it."""
 
     def __init__(
         self, rank: int, at_step: int, kind: str = "raise", once_file: str | None = None
@@ -56,5 +60,8 @@ class InjectFault(keras.callbacks.Callback):
             sys.exit(3)
         if self.kind == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
+        if self.kind == "preempt":
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
         while True:  # stall
             time.sleep(3600)

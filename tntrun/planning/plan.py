@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tntrun.config.values import value_problems
+from tntrun.config.zoo import distributes_automatically
 from tntrun.datasets.base import DatasetInfo
 from tntrun.errors import PlanError
 from tntrun.planning.knobs import HorovodKnob, horovod_knobs
@@ -312,6 +313,22 @@ def _collect(problems: list[str], build: Callable[[], Any]) -> Any:
         return None
 
 
+def resumed_at(
+    cfg: Mapping[str, Any], resume: ResumePoint | None, world: int, global_batch: int, steps: int
+) -> tuple[int, int, int]:
+    """(epoch, step, batch) the run starts at: the beginning, or where ``resume`` continues."""
+    if resume is None:
+        return 0, 0, 0
+    return resume_position(
+        resume,
+        world=world,
+        global_batch=global_batch,
+        updates_per_epoch=steps,
+        epochs=int(cfg["train"]["epochs"]),
+        samples_follow_steps=distributes_automatically(cfg["dataset"]),
+    )
+
+
 def build_plan(
     cfg: Mapping[str, Any],
     data: DatasetInfo,
@@ -379,15 +396,7 @@ def build_plan(
         length_key=length_key,
     )
 
-    initial_epoch, initial_step, initial_batch = 0, 0, 0
-    if resume is not None:
-        initial_epoch, initial_step, initial_batch = resume_position(
-            resume,
-            world=world,
-            global_batch=global_batch,
-            updates_per_epoch=steps,
-            epochs=epochs,
-        )
+    initial_epoch, initial_step, initial_batch = resumed_at(cfg, resume, world, global_batch, steps)
     sockets = int(cfg["sockets_per_node"] or facts.sockets_per_node)
     fusion = next((k.value * 1024 for k in knobs if k.key == "fusion_threshold_kb"), None)
     return Plan(

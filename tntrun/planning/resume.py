@@ -33,10 +33,21 @@ class ResumePoint:
 
 
 def resume_position(
-    resume: ResumePoint, *, world: int, global_batch: int, updates_per_epoch: float, epochs: int
+    resume: ResumePoint,
+    *,
+    world: int,
+    global_batch: int,
+    updates_per_epoch: float,
+    epochs: int,
+    samples_follow_steps: bool = True,
 ) -> tuple[int, int, int]:
     """(epoch, training step, batch within that epoch) to continue from, after checking the
-    layout still fits. A new layout continues at the start of the checkpoint's epoch."""
+    layout still fits.
+
+    Another world size with the same global batch continues at the checkpoint's step: global
+    step k trains the same samples on any number of ranks (``samples_follow_steps``: tntrun's
+    own sharding, see :mod:`tntrun.engine.data`). Another global batch, or a dataset that
+    shards itself, continues at the start of the checkpoint's epoch."""
     meta = resume.meta
     if meta.epoch >= epochs:
         raise PlanError(
@@ -51,6 +62,8 @@ def resume_position(
             f"{meta.global_batch_size}, this run has {world} ranks and global batch "
             f"{global_batch}: keep the layout or set resume_allow_layout_change=true"
         )
+    if meta.global_batch_size == global_batch and samples_follow_steps:
+        return meta.epoch, meta.step, meta.batch
     return meta.epoch, round(meta.epoch * updates_per_epoch), 0
 
 

@@ -6,21 +6,28 @@ Recorder` decides when to open the run.
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from tntrun.contract.checkpoints import config_hash
+from tntrun.contract.checkpoints import CheckpointMeta, config_hash
 from tntrun.datasets.base import DatasetInfo
 from tntrun.planning.plan import Plan
 from tntrun.planning.resume import ResumedRun
 from tntrun.tracking import DatasetLogging, Tracker, flatten
 from tntrun.tracking.lost_runs import DRIVER_LOST_TAG
-from tntrun.tracking.run_record import PREEMPTED_TAG, start_tags
+from tntrun.tracking.run_record import PREEMPTED_TAG, start_layout_tags, start_tags
 from tntrun.tracking.runs_table import dataset_record, default_run_name
+
+log = logging.getLogger(__name__)
+
+RUN_NAME_TAG = "mlflow.runName"  # the run's name, as the store keeps it
+LAYOUT_CHANGES_TAG = "layout_changes"  # how often a resumption changed the run's layout
 
 
 @dataclass(frozen=True)
@@ -87,7 +94,6 @@ def resume_tags(
 ) -> dict[str, str]:
     """Tags for a resumed run: restart ``number`` (how, from where, and how the run had
     ended), and a layout change when there is one."""
-    before = resumed.point.meta
     ended = recorded.get(PREEMPTED_TAG) or recorded.get(DRIVER_LOST_TAG)
     restart = f"{resumed.how}: from {Path(resumed.point.checkpoint).name}"
     tags = {
@@ -97,14 +103,47 @@ def resume_tags(
         "restarts": str(number),
         f"restart.{number}": f"{restart}; {ended}" if ended else restart,
     }
-    if (before.world_size, before.global_batch_size) != (plan.world_size, plan.global_batch_size):
-        tags["resume.layout_change"] = (
-            f"{before.world_size} ranks, global batch {before.global_batch_size} -> "
-            f"{plan.world_size} ranks, global batch {plan.global_batch_size}; "
-            f"LR {plan.scaled_lr:g}, restarting at step {plan.initial_step}"
-        )
-        print(f"tntrun: resuming with a new layout: {tags['resume.layout_change']}")
+    tags.update(
+        {key: value for key, value in start_layout_tags(plan).items() if recorded.get(key) != value}
+    )
+    change = layout_change(resumed, plan)
+    if change:
+        tags.update(renamed_for_layout(plan, recorded, resumed.point.meta))
+        tags[LAYOUT_CHANGES_TAG] = str(int(recorded.get(LAYOUT_CHANGES_TAG, "0")) + 1)
+        tags["resume.layout_change"] = change
+        tags[f"restart.{number}"] += f"; layout {change}"
+        log.info(f"tntrun: resuming with a new layout: {change}")
     return tags
+
+
+def layout_change(resumed: ResumedRun, plan: Plan) -> str | None:
+    """How the layout changed since the checkpoint (None: it did not), and where the run
+    goes on."""
+    before = resumed.point.meta
+    if (before.world_size, before.global_batch_size) == (plan.world_size, plan.global_batch_size):
+        return None
+    where = f"step {plan.initial_step}"
+    if plan.initial_batch:
+        where += f" (epoch {plan.initial_epoch + 1}, batch {plan.initial_batch})"
+    return (
+        f"{before.world_size} ranks, global batch {before.global_batch_size} -> "
+        f"{plan.world_size} ranks, global batch {plan.global_batch_size}; "
+        f"LR {plan.scaled_lr:g}, restarting at {where}"
+    )
+
+
+def renamed_for_layout(
+    plan: Plan, recorded: Mapping[str, str], before: CheckpointMeta
+) -> dict[str, str]:
+    """The run's default name (``mlp-digits-2x32``) with the new ``<ranks>x<micro batch>``;
+    nothing for a name of the user's."""
+    old = f"-{before.world_size}x{before.global_batch_size // before.world_size}"
+    name = recorded.get(RUN_NAME_TAG, "")
+    found = re.search(rf"{re.escape(old)}(-job\d+)?$", name)
+    if not found:
+        return {}
+    new = f"-{plan.world_size}x{plan.micro_batch_size}"
+    return {RUN_NAME_TAG: name[: found.start()] + new + (found.group(1) or "")}
 
 
 def log_run_params(

@@ -138,6 +138,7 @@ class Recorder:
                 tags = resume_tags(
                     self.resumed, self._plan, run_dir, self.origin, recorded, self._restarts
                 ) | user_tags(self.cfg.tracking)
+                tags["config_hash"] = problem_hash(self.cfg)  # a run older than the hash's keys
                 for key, value in tags.items():
                     tracker.set_tag(key, value)
             else:

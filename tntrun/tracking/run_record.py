@@ -30,15 +30,22 @@ def start_tags(
         **source_tags(),  # mlflow.source.name/type, mlflow.user, command
         **versions(),
         **horovod_build(),  # also with launcher=srun, whose command is not horovodrun
-        "world_size": str(plan.world_size),
-        "hosts": ",".join(f"{host}:{slots}" for host, slots in plan.hosts),
+        **start_layout_tags(plan),
         **driver_tags(),  # host, pid, start time: a later command tells if it is gone
         **detect(os.environ).tags(),  # a requeued job finds its run by it
-        "launch_command": " ".join(plan.launch_command),
         "run_dir": str(run_dir),
         "config_hash": problem,
         "hydra.overrides": " ".join(overrides),
         **{f"choice.{group}": str(option) for group, option in choices.items()},
+    }
+
+
+def start_layout_tags(plan: Plan) -> dict[str, str]:
+    """Where the ranks run: set on a new run, and anew when a resumption changes the layout."""
+    return {
+        "world_size": str(plan.world_size),
+        "hosts": ",".join(f"{host}:{slots}" for host, slots in plan.hosts),
+        "launch_command": " ".join(plan.launch_command),
     }
 
 
