@@ -3,6 +3,7 @@ where a run continues on a new world size, and the tags and name that follow the
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -79,7 +80,8 @@ def tags_after(plan: Plan, recorded: dict[str, str]) -> dict[str, str]:
     return resume_tags(resumed, plan, Path("/runs/b"), RunOrigin(), recorded, 1)
 
 
-def test_a_resumed_runs_tags_and_name_follow_the_new_layout(compose_cfg, capsys):
+def test_a_resumed_runs_tags_and_name_follow_the_new_layout(compose_cfg, caplog):
+    caplog.set_level(logging.INFO, logger="tntrun")
     recorded = {
         "world_size": "2",
         "hosts": "localhost:2",
@@ -94,7 +96,7 @@ def test_a_resumed_runs_tags_and_name_follow_the_new_layout(compose_cfg, capsys)
     change = "2 ranks, global batch 64 -> 1 ranks, global batch 64; LR 0.002, restarting at step 32"
     assert tags["resume.layout_change"] == f"{change} (epoch 2, batch 9)"
     assert tags["restart.1"].endswith(f"; layout {tags['resume.layout_change']}")
-    assert "resuming with a new layout: 2 ranks" in capsys.readouterr().out
+    assert "resuming with a new layout: 2 ranks" in caplog.text
 
     again = tags_after(
         resumed_plan(compose_cfg, "ranks_per_node=1"),
