@@ -21,9 +21,10 @@ from tntrun.config.compose import CONFIG_NAME, user_choices
 from tntrun.config.schema import register
 from tntrun.config.user_code import add_user_path
 from tntrun.console import ensure_console
+from tntrun.contract.exit_codes import EXIT_CONFIG_ERROR
 from tntrun.driver import run
 from tntrun.errors import print_problems
-from tntrun.experiment import EXIT_CONFIG_ERROR, Experiment, RunResult
+from tntrun.experiment import Experiment, RunResult
 from tntrun.tracking import sweep
 from tntrun.tracking.sweep import sweep_parent
 

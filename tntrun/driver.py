@@ -22,11 +22,12 @@ from tntrun.config.zoo import SizedDataset, check_targets, distributes_automatic
 from tntrun.contract import run_files
 from tntrun.contract.checkpoints import adopt
 from tntrun.contract.driver_alive import driver_tags
+from tntrun.contract.exit_codes import EXIT_INTERRUPTED, EXIT_TRACKING_PENDING
 from tntrun.contract.node_metrics import carry_over
 from tntrun.datasets.base import DatasetInfo
 from tntrun.environments import detect
 from tntrun.errors import PlanError
-from tntrun.experiment import EXIT_INTERRUPTED, Experiment, RunResult, config_error
+from tntrun.experiment import Experiment, RunResult, config_error
 from tntrun.launch import keras_override_note, with_launch_command
 from tntrun.launch.supervisor import Outcome, Supervisor
 from tntrun.planning.machine import device_problems, machine_facts, tensorboard_problems
@@ -36,7 +37,6 @@ from tntrun.planning.schedule_chart import write_schedule_chart
 from tntrun.planning.view import render_plan
 from tntrun.tracking import Tracker, tracker_for
 from tntrun.tracking.opening import RunOrigin, problem_hash
-from tntrun.tracking.outage import EXIT_TRACKING_PENDING
 from tntrun.tracking.recorder import Recorder
 
 log = logging.getLogger(__name__)

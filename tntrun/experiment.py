@@ -12,11 +12,10 @@ from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
+from tntrun.contract.exit_codes import EXIT_CONFIG_ERROR
+
 if TYPE_CHECKING:
     from tntrun.planning.plan import Plan
-
-EXIT_CONFIG_ERROR = 2
-EXIT_INTERRUPTED = 130
 
 
 @dataclass(frozen=True)

@@ -24,11 +24,12 @@ from tests.helpers.commands import clean_env, free_port, tntrun_command
 from tests.helpers.pace import PACE
 from tests.helpers.paths import BIN
 from tntrun.contract import run_files
+from tntrun.contract.exit_codes import EXIT_TRACKING_PENDING
 from tntrun.contract.metrics import MetricsWriter, last_values
 from tntrun.tracking.metrics_stream import MetricsRelay
 from tntrun.tracking.mlflow_tracker import MlflowTracker
 from tntrun.tracking.mlflow_ui import server_command
-from tntrun.tracking.outage import EXIT_TRACKING_PENDING, Pending, describe, is_outage, sync_line
+from tntrun.tracking.outage import Pending, describe, is_outage, sync_line
 
 
 def test_a_failed_send_keeps_its_lines_for_the_next_one_in_order_and_once(tmp_path):

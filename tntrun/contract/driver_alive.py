@@ -29,11 +29,11 @@ from pathlib import Path
 
 from tntrun.contract import run_files
 from tntrun.contract.clock import process_start_time
+from tntrun.contract.exit_codes import EXIT_DRIVER_LOST
 
 BEAT_S = 1.0
 LOST_AFTER_S = 5.0  # a rank ends this long after the driver's last beat
 STALE_AFTER_S = 120.0  # another host's driver is judged gone by its file's age only
-EXIT_DRIVER_LOST = 75
 STOPPED = "stopped"  # the driver's last beat: its ranks end now
 
 

@@ -80,7 +80,7 @@ class Checkpointer(keras.callbacks.Callback):
         every_epochs: int,
         keep: int,
         describe: Callable,
-        min_interval_s: float = 0.0,
+        min_interval_s: float,
         monitor: str | None = None,
         mode: str = "auto",
         save_model: Callable[[Path], None] | None = None,

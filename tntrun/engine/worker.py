@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tntrun.contract import run_files
+from tntrun.contract.exit_codes import EXIT_CONFIG_ERROR, EXIT_NONFINITE
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -21,9 +22,6 @@ if TYPE_CHECKING:
     from tntrun.planning.plan import Plan
 
 os.environ.update(run_files.RANK_KERAS)  # before TensorFlow's import: Keras 3, on TensorFlow
-
-EXIT_CONFIG_ERROR = 2  # as the driver's: the rank's hardware does not match the plan
-EXIT_NONFINITE = 3
 
 
 def pin_to_socket(plan, argv: list[str]) -> None:

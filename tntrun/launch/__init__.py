@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tntrun.config.schema import HorovodConfig
 from tntrun.contract.run_files import RANK_KERAS
 from tntrun.errors import PlanError
 from tntrun.planning.knobs import HorovodKnob
@@ -37,7 +38,7 @@ class LaunchSpec:
     world_size: int
     knobs: tuple[HorovodKnob, ...]
     worker: tuple[str, ...]  # the rank's command: python -m tntrun.engine.worker <run dir>
-    start_timeout: int = 60
+    start_timeout: int = HorovodConfig.start_timeout  # the schema's default, stated there
     cpu_only: bool = True
     python: str = "python"  # the driver's interpreter, which the launcher command runs
     env: Mapping[str, str] = field(default_factory=dict)  # the driver's environment

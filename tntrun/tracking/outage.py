@@ -6,7 +6,7 @@ When the ranks end, the driver retries what is left (the metrics, the outputs,
 the final status) for ``tracking.outage_grace_s``. If the store is still down
 then, it writes ``tracking_pending.json`` into the run directory, prints the
 command that replays it (``tntrun sync <run dir>``) and exits with
-:data:`EXIT_TRACKING_PENDING`.
+:data:`~tntrun.contract.exit_codes.EXIT_TRACKING_PENDING`.
 
 A tracker's client should fail a request to a store gone away within seconds
 (:func:`tntrun.tracking.mlflow_store.bound_http_retries` does it for MLflow),
@@ -34,7 +34,6 @@ if TYPE_CHECKING:
     from tntrun.tracking.logged_model import ModelPublishing
 
 # The training succeeded but its record did not reach the store: `tntrun sync` completes it.
-EXIT_TRACKING_PENDING = 3
 RETRY_EVERY_S = 2.0  # between attempts to deliver the rest at the end of a run
 
 

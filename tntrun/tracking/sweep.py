@@ -18,9 +18,9 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from tntrun.contract.exit_codes import EXIT_CONFIG_ERROR
 from tntrun.contract.metrics import lowest_is_best
 from tntrun.errors import print_problems
-from tntrun.experiment import EXIT_CONFIG_ERROR
 from tntrun.tracking import RunSummary, Tracker, children_of, tracker_for
 from tntrun.tracking.logged_model import register_best_job
 from tntrun.tracking.provenance import source_tags

@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tntrun.contract import run_files
-from tntrun.tracking.outage import EXIT_TRACKING_PENDING, Pending, describe
+from tntrun.contract.exit_codes import EXIT_TRACKING_PENDING
+from tntrun.tracking.outage import Pending, describe
 
 EXIT_NOT_A_RUN = 2
 
