@@ -10,6 +10,10 @@ pinned requirements); the driver logs that folder as the run's logged model.
 ``tracking.log_model``: about 0.75 s of rank 0's time, and 0.15 s to describe
 and save the model (BENCHMARKS.md). The requirements are given, not inferred:
 MLflow's inference loads the model again in a subprocess (about 23 s here).
+
+A model with the user's own layers gets their modules in its ``code/`` folder
+(:mod:`.model_code`), and with ``tracking.check_model_loads`` rank 0 loads the final
+folder back once (:mod:`.load_check`).
 """
 
 from __future__ import annotations
@@ -129,7 +133,7 @@ def user_dir() -> Path:
     return Path(os.environ.get(run_files.ENV_USER_PATH) or os.getcwd())
 
 
-def save_mlflow_models(final: Any, run_dir: Path, val_batches: Any, check: bool = True) -> None:
+def save_mlflow_models(final: Any, run_dir: Path, val_batches: Any, check: bool) -> None:
     """The final model (in memory) and the best one (``checkpoints/best``, with
     checkpoint.monitor) as MLflow Model folders, their input example from the first of
     this rank's validation batches; with ``check``, the final one loaded back
