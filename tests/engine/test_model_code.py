@@ -20,8 +20,12 @@ def test_only_the_working_directorys_modules_are_shipped(tmp_path, monkeypatch):
     for name in ("mylayers", "myhelpers"):
         monkeypatch.delitem(sys.modules, name, raising=False)
         importlib.import_module(name)
+    (tmp_path / "entry.py").write_text("")
+    monkeypatch.setitem(sys.modules, "__main__", type(sys)("__main__"))
+    sys.modules["__main__"].__file__ = str(tmp_path / "entry.py")  # a script run there
     shipped = user_sources(["mylayers", "numpy", "tntrun.models.mlp"], tmp_path.resolve())
-    # numpy and tntrun are installed where the model loads; the imported helper package goes.
+    # numpy and tntrun are installed where the model loads, __main__ is no module to import;
+    # the imported helper package goes.
     assert shipped == {
         "mylayers": (tmp_path / "mylayers.py").resolve(),
         "myhelpers": (tmp_path / "myhelpers").resolve(),

@@ -50,6 +50,8 @@ def _inside(path: Path, folder: Path) -> bool:
 def user_source(name: str, user_dir: Path) -> Path | None:
     """The file or package folder of top-level module ``name`` when it is the user's (in
     ``user_dir``, not in the Python environment, not tntrun); else None."""
+    if name == INSTALLED or name.startswith("__"):  # tntrun; __main__: the rank's entry
+        return None
     module = sys.modules.get(name)
     file = getattr(module, "__file__", None)
     if file is not None:
@@ -61,7 +63,7 @@ def user_source(name: str, user_dir: Path) -> Path | None:
             return None
         source = Path(paths[0]).resolve()
     environments = {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
-    if name == INSTALLED or not _inside(source, user_dir):
+    if not _inside(source, user_dir):
         return None
     if any(_inside(source, environment) for environment in environments):
         return None  # installed (a virtual environment in the working directory)
