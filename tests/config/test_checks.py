@@ -107,7 +107,7 @@ CHECKS = [
     (["launcher=nosuch"], "launcher=nosuch: choose horovodrun or srun"),
     (
         ["+tracking.tagz.team=vision"],
-        "tracking.tagz: no such key: use one of description, experiment_name, ",
+        "tracking.tagz: no such key: use one of check_model_loads, description, ",
     ),
 ]
 

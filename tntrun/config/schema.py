@@ -153,6 +153,9 @@ class TrackingConfig:
     # A FINISHED run's model as an MLflow Model of the run (Keras flavour, with signature and
     # input example), and with checkpoint.monitor its best model too (docs/tracking.md).
     log_model: bool = True
+    # Rank 0 loads the logged final model back (as mlflow.pyfunc.load_model would elsewhere)
+    # and compares a prediction: the run's tag model_loads=true/false (docs/your-code.md).
+    check_model_loads: bool = True
     # Register the run's model (the best one when monitored) as a new version of this
     # registered model; a sweep registers its best job by `objective`, once, from its parent.
     register_model: str | None = None

@@ -43,6 +43,8 @@ FINAL_MODEL = "model.keras"
 # logs each as one of the run's logged models (not as a plain artifact).
 MLFLOW_MODEL = "mlflow_model"  # the final model
 MLFLOW_BEST_MODEL = "mlflow_model_best"  # the best by checkpoint.monitor (checkpoints/best)
+# rank 0 (tracking.check_model_loads): whether MLFLOW_MODEL loads back and predicts as trained
+MODEL_LOADS = "model_loads.json"
 LR_PLOT = "lr_schedule.svg"
 TIMELINE = "horovod_timeline.json"
 AUTOTUNE_LOG = "horovod_autotune.csv"

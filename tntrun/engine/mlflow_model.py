@@ -10,6 +10,10 @@ pinned requirements); the driver logs that folder as the run's logged model.
 ``tracking.log_model``: about 0.75 s of rank 0's time, and 0.15 s to describe
 and save the model (BENCHMARKS.md). The requirements are given, not inferred:
 MLflow's inference loads the model again in a subprocess (about 23 s here).
+
+A model with the user's own layers gets their modules in its ``code/`` folder
+(:mod:`.model_code`), and with ``tracking.check_model_loads`` rank 0 loads the final
+folder back once (:mod:`.load_check`).
 """
 
 from __future__ import annotations
@@ -24,8 +28,12 @@ from typing import Any
 import keras
 import numpy as np
 
+from tntrun.contract import run_files
 from tntrun.contract.checkpoints import best_checkpoint
 from tntrun.contract.run_files import FINAL_MODEL, MLFLOW_BEST_MODEL, MLFLOW_MODEL
+from tntrun.engine.load_check import check_model_loads
+from tntrun.engine.model_code import named_modules, ship_user_code
+from tntrun.engine.model_loader import custom_objects
 
 EXAMPLE_SAMPLES = 5  # validation samples in the input example (and the signature's source)
 # The TensorFlow distributions a rank may run on, the first one installed is pinned.
@@ -109,6 +117,7 @@ def write_mlflow_model(model: Any, features: Any, path: Path) -> bool:
         mlflow.keras.save_model(
             model, str(partial), signature=signature, input_example=example, pip_requirements=pins
         )
+        ship_user_code(model, partial, user_dir())
     except Exception as err:  # an optional output never fails a finished run
         shutil.rmtree(partial, ignore_errors=True)
         print(f"tntrun: note: no {path.name}: {note_of(err)}", flush=True)
@@ -118,10 +127,17 @@ def write_mlflow_model(model: Any, features: Any, path: Path) -> bool:
     return True
 
 
-def save_mlflow_models(final: Any, run_dir: Path, val_batches: Any) -> None:
+def user_dir() -> Path:
+    """The driver's working directory, where the user's modules are (the worker put it
+    first on ``sys.path``)."""
+    return Path(os.environ.get(run_files.ENV_USER_PATH) or os.getcwd())
+
+
+def save_mlflow_models(final: Any, run_dir: Path, val_batches: Any, check: bool) -> None:
     """The final model (in memory) and the best one (``checkpoints/best``, with
     checkpoint.monitor) as MLflow Model folders, their input example from the first of
-    this rank's validation batches."""
+    this rank's validation batches; with ``check``, the final one loaded back
+    (:mod:`.load_check`)."""
     first = next(iter(val_batches), None)
     if first is None:
         print(
@@ -130,12 +146,16 @@ def save_mlflow_models(final: Any, run_dir: Path, val_batches: Any) -> None:
         )
         return
     features = first[0]
-    write_mlflow_model(final, features, run_dir / MLFLOW_MODEL)
+    written = write_mlflow_model(final, features, run_dir / MLFLOW_MODEL)
+    if written and check:
+        example = example_inputs(features, final)
+        check_model_loads(run_dir / MLFLOW_MODEL, final, example, run_dir)
     best = best_checkpoint(run_dir)
     if best is None or not (best[0] / FINAL_MODEL).is_file():
         return
-    try:
-        model = keras.saving.load_model(best[0] / FINAL_MODEL, compile=False)
+    try:  # the user's classes, registered or not, as the final model names them
+        with keras.saving.custom_object_scope(custom_objects(named_modules(final))):
+            model = keras.saving.load_model(best[0] / FINAL_MODEL, compile=False)
     except Exception as err:  # as write_mlflow_model: the final model stands
         print(f"tntrun: note: no {MLFLOW_BEST_MODEL}: {note_of(err)}", flush=True)
         return

@@ -169,7 +169,7 @@ def save_final(model, cfg, info, run_dir: Path, val_batches) -> None:
     if clean is None:  # MLflow's Keras flavour saves through Keras too
         print(f"tntrun: note: no {MLFLOW_MODEL} either (tracking.log_model)", flush=True)
         return
-    save_mlflow_models(clean, run_dir, val_batches)
+    save_mlflow_models(clean, run_dir, val_batches, bool(cfg.tracking.check_model_loads))
 
 
 def save_clean_model(model, cfg, info, path: Path) -> Any | None:

@@ -72,7 +72,12 @@ def record_outputs(
         tracker.log_artifact(folder, path("best"))
         tracker.set_tag("best.epoch", str(found["epoch"]))
         tracker.set_tag(f"best.{found['monitor']}", f"{found['value']:.6g}")
-    tags = {**nonfinite_tags(run_dir), **preemption_tags(run_dir), **stopped_early_tags(run_dir)}
+    tags = {
+        **nonfinite_tags(run_dir),
+        **preemption_tags(run_dir),
+        **stopped_early_tags(run_dir),
+        **model_load_tags(run_dir),
+    }
     for key, value in tags.items():
         tracker.set_tag(key, value)
     if stalled:
@@ -118,6 +123,19 @@ def nonfinite_tags(run_dir: Path) -> dict[str, str]:
             tags["failure.nonfinite"] = where
     rollbacks = sum(event["action"] == "rollback" for event in events)
     tags["rollbacks"] = str(rollbacks)
+    return tags
+
+
+def model_load_tags(run_dir: Path) -> dict[str, str]:
+    """``model_loads`` (true/false) and ``model_load_error`` from rank 0's load-back check
+    of the logged final model (tracking.check_model_loads)."""
+    path = run_dir / run_files.MODEL_LOADS
+    if not path.is_file():
+        return {}
+    record = json.loads(path.read_text())
+    tags = {"model_loads": str(bool(record["loads"])).lower()}
+    if record.get("error"):
+        tags["model_load_error"] = str(record["error"])[:5000]
     return tags
 
 
