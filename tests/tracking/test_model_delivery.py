@@ -6,6 +6,7 @@ since the driver only uploads what rank 0 wrote (the real one: test_logged_model
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 import yaml
@@ -42,7 +43,8 @@ def finished_run(tmp_path, compose_cfg):
     return tracker, run_dir
 
 
-def test_a_retried_delivery_logs_and_registers_the_model_once(finished_run, capsys):
+def test_a_retried_delivery_logs_and_registers_the_model_once(finished_run, caplog):
+    caplog.set_level(logging.INFO, logger="tntrun")
     tracker, run_dir = finished_run
     publishing = ModelPublishing(register_as="digits-mlp", alias="candidate", config_hash="c0ffee")
     publishing.record(tracker, run_dir, "FINISHED")
@@ -63,7 +65,7 @@ def test_a_retried_delivery_logs_and_registers_the_model_once(finished_run, caps
     # The folder's MLmodel names the logged model it became (MLflow reads it on loading).
     spec = yaml.safe_load((run_dir / "mlflow_model" / "MLmodel").read_text())
     assert spec["model_id"] == model.model_id and spec["run_id"] == tracker.run_id
-    assert capsys.readouterr().out.count(f"logged the final model: models:/{model.model_id}") == 2
+    assert caplog.text.count(f"logged the final model: models:/{model.model_id}") == 2
 
 
 def test_a_half_logged_model_is_replaced(finished_run):

@@ -14,8 +14,8 @@ Tracker-agnostic: a tracker that keeps models implements
 
 from __future__ import annotations
 
+import logging
 import math
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +27,8 @@ from tntrun.contract.metrics import MetricPoint, lowest_is_best, parse_lines
 from tntrun.planning.plan import Plan
 from tntrun.tracking import ModelRegistry, RunSummary, Tracker
 from tntrun.tracking.outage import is_outage
+
+log = logging.getLogger(__name__)
 
 FINAL, BEST = "final", "best"  # a logged model's role in its run
 ROLE_TAG = "tntrun.model"  # final or best, on the logged model and on a registered version
@@ -133,25 +135,22 @@ class ModelPublishing:
         if not models:
             return
         if not isinstance(tracker, ModelRegistry):
-            print(f"tntrun: note: {type(tracker).__name__} keeps no models: none logged")
+            log.warning(f"tntrun: note: {type(tracker).__name__} keeps no models: none logged")
             return
         try:
             logged = {model.role: tracker.log_model(model) for model in models}
             for role, model_id in logged.items():
-                print(f"tntrun: logged the {role} model: models:/{model_id}", flush=True)
+                log.info(f"tntrun: logged the {role} model: models:/{model_id}")
             if self.register_as:
                 role = BEST if BEST in logged else FINAL
                 tags = version_tags(tracker.run_id, self.config_hash, logged[role], role)
                 version = tracker.register_model(logged[role], self.register_as, self.alias, tags)
                 tracker.set_tag("registered_model", f"{self.register_as}/{version}")
-                print(registered_line(self.register_as, version, self.alias, logged[role]))
+                log.info(registered_line(self.register_as, version, self.alias, logged[role]))
         except Exception as err:
             if is_outage(err, tracker.store):
                 raise
-            print(
-                f"tntrun: warning: the run's model was not logged or registered: {err}",
-                file=sys.stderr,
-            )
+            log.warning(f"tntrun: warning: the run's model was not logged or registered: {err}")
 
 
 def objective_of(run: RunSummary, objective: str) -> float | None:
