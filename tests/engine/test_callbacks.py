@@ -42,6 +42,21 @@ STOP_ON_RANK_1 = """
             if hvd.rank() == 1 and epoch == 2:
                 self.model.stop_training = True
 """
+# A user's callback deciding from local state inside an epoch: rank 1 alone asks to stop
+# after the epoch's step 5 (batch 4) of epoch 2.
+STOP_MID_EPOCH_ON_RANK_1 = """
+    import horovod.tensorflow as hvd
+    import keras
+
+
+    class StopMidEpoch(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+
+        def on_train_batch_end(self, batch, logs=None):
+            if hvd.rank() == 1 and self.epoch == 1 and batch == 4:
+                self.model.stop_training = True
+"""
 
 
 def run_stopped_early(work, *overrides: str, epochs: int = EPOCHS):
@@ -83,6 +98,22 @@ def test_a_stop_asked_on_one_rank_only_stops_every_rank(tmp_path):
     assert epochs == [0, 1, 2]
     assert run.data.tags["stopped_early"] == f"epoch 3 of {EPOCHS}"
     assert "set stop_training on rank(s) [1]; every rank stops here" in out
+
+
+def test_a_stop_asked_inside_an_epoch_on_one_rank_stops_every_rank_after_the_next_step(
+    tmp_path,
+):
+    """Without the agreement rank 1 would leave fit after step 5 while rank 0 waits in step
+    6's allreduce until the stall watchdog (600 s) fails the run."""
+    (tmp_path / "stopper.py").write_text(textwrap.dedent(STOP_MID_EPOCH_ON_RANK_1))
+    stopper = "+callbacks.stop._target_=stopper.StopMidEpoch"
+    run, out, run_dir, epochs = run_stopped_early(tmp_path, stopper, "train.stall_timeout_s=60")
+    assert epochs == [0, 1]
+    assert run.data.tags["stopped_early"] == f"epoch 2 of {EPOCHS}, step 6"
+    assert f"stopped early in epoch 2 of {EPOCHS}, after its step 6: " in out
+    assert "set stop_training on rank(s) [1]; every rank stops here" in out
+    record = json.loads((run_dir / run_files.STOPPED_EARLY).read_text())
+    assert record == {"epoch": 2, "epochs": EPOCHS, "ranks": [1], "step": 6}
 
 
 def test_a_run_that_is_not_stopped_has_no_early_stop_tag(tmp_path):

@@ -117,8 +117,10 @@ class StepAgreement(keras.callbacks.Callback):
         self.local_stop = tf.Variable(0.0, trainable=False, name="tntrun_local_stop")
         # Sticky: a bad batch in a micro-step without an update is still reported.
         self.local_bad_data = tf.Variable(0.0, trainable=False, name="tntrun_local_bad_data")
-        self.averaged = tf.Variable([0.0] * 3, trainable=False, name="tntrun_step_agreement")
-        self.loss, self.stop, self.bad_data = 0.0, False, False
+        # A callback of this rank set stop_training inside an epoch (callbacks.StopAgreement).
+        self.local_user_stop = tf.Variable(0.0, trainable=False, name="tntrun_local_user_stop")
+        self.averaged = tf.Variable([0.0] * 4, trainable=False, name="tntrun_step_agreement")
+        self.loss, self.stop, self.bad_data, self.user_stop = 0.0, False, False, False
         self._from_step: tf.Tensor | None = None  # the output of the last step run by fit
 
     def request_stop(self) -> None:
@@ -128,8 +130,9 @@ class StepAgreement(keras.callbacks.Callback):
     def read(self) -> tuple[float, bool]:
         """(rank-averaged loss, whether any rank asked to stop); also sets :attr:`bad_data`."""
         source = self.averaged if self._from_step is None else self._from_step
-        loss, stop, bad_data = source.numpy()
+        loss, stop, bad_data, user_stop = source.numpy()
         self.loss, self.stop, self.bad_data = float(loss), bool(stop > 0), bool(bad_data > 0)
+        self.user_stop = bool(user_stop > 0)
         return self.loss, self.stop
 
     def check_batch(self, data: Any) -> None:
@@ -144,6 +147,7 @@ class StepAgreement(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         self._from_step = None
+        self.local_user_stop.assign(0.0)  # a new fit (after a rollback) starts undecided
         if getattr(self.model.train_function, _SETTINGS, None) is not self:
             self.model.train_function = self._train_function(self.model)
 
@@ -175,9 +179,11 @@ class StepAgreement(keras.callbacks.Callback):
         return train_function
 
     def local_vector(self, loss: tf.Tensor | None) -> tf.Tensor:
-        """``[loss, local_stop, local_bad_data]`` of this rank (loss 0 when none was noted)."""
+        """``[loss, local_stop, local_bad_data, local_user_stop]`` of this rank (loss 0 when
+        none was noted)."""
         value = tf.zeros([]) if loss is None else tf.reduce_mean(tf.cast(loss, tf.float32))
-        return tf.stack([value, self.local_stop.read_value(), self.local_bad_data.read_value()])
+        flags = (self.local_stop, self.local_bad_data, self.local_user_stop)
+        return tf.stack([value, *(flag.read_value() for flag in flags)])
 
 
 @dataclasses.dataclass(eq=False)

@@ -253,7 +253,7 @@ def train(
                 metrics_log.log if metrics_log else None,
             )
         )
-    stop_agreement = cb.StopAgreement(run_dir, rank, plan.epochs)
+    stop_agreement = cb.StopAgreement(run_dir, rank, plan.epochs, agreement)
     callbacks.append(stop_agreement.before)
     callbacks += user_callbacks(OmegaConf.to_container(cfg.callbacks, resolve=True), rank == 0)
     callbacks.append(stop_agreement.after)  # before rank 0's checkpoint: it sees the stop

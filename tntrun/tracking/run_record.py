@@ -141,12 +141,13 @@ def model_load_tags(run_dir: Path) -> dict[str, str]:
 
 def stopped_early_tags(run_dir: Path) -> dict[str, str]:
     """The ``stopped_early`` tag from rank 0's record: a callback stopped training after an
-    epoch (EarlyStopping, ...), every rank with it."""
+    epoch (EarlyStopping, ...) or inside one (``, step S``), every rank with it."""
     path = run_dir / run_files.STOPPED_EARLY
     if not path.is_file():
         return {}
     record = json.loads(path.read_text())
-    return {"stopped_early": f"epoch {record['epoch']} of {record['epochs']}"}
+    step = f", step {record['step']}" if "step" in record else ""
+    return {"stopped_early": f"epoch {record['epoch']} of {record['epochs']}{step}"}
 
 
 def preemption_tags(run_dir: Path) -> dict[str, str]:
