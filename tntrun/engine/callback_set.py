@@ -1,0 +1,188 @@
+"""The callbacks of a rank, in the order that matters: the guards, the metrics, the users'
+callbacks between the two sides of the stop agreement, the master rank's writers, the
+heartbeat last."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import keras
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from tntrun.contract.checkpoints import CheckpointMeta, config_hash
+from tntrun.contract.metrics import MetricsWriter
+from tntrun.contract.run_files import ENV_LIVE_PROGRESS, HEARTBEATS, PRECISION, TENSORBOARD
+from tntrun.contract.stop_requests import StopRequests
+from tntrun.engine import callbacks as cb
+from tntrun.engine.bleu import BleuEvaluation
+from tntrun.engine.data_parallel import StepAgreement
+from tntrun.engine.nonfinite import NonFiniteGuard
+from tntrun.engine.pipelines import RankData
+from tntrun.engine.preemption import PreemptionGuard
+from tntrun.planning.plan import Plan
+
+RANK_SCOPES = ("all_ranks", "master_only")
+# Callbacks that write files or report (one writer is enough): without a ``ranks`` key they
+# run on the master rank only; every other callback runs on all ranks, so a callback that
+# changes training (EarlyStopping, ReduceLROnPlateau, a user's own) decides on each.
+MASTER_ONLY_CLASSES = (
+    keras.callbacks.ModelCheckpoint,
+    keras.callbacks.CSVLogger,
+    keras.callbacks.TensorBoard,
+    keras.callbacks.BackupAndRestore,
+    keras.callbacks.RemoteMonitor,
+    keras.callbacks.ProgbarLogger,
+)
+
+
+@dataclass(frozen=True)
+class RankCallbacks:
+    """The callbacks of ``fit``, and those the later stages read."""
+
+    callbacks: list[keras.callbacks.Callback]
+    throughput: cb.Throughput
+    sync_guard: cb.WeightSyncGuard
+    preemption: PreemptionGuard
+    metrics_log: MetricsWriter | None  # rank 0's metrics stream to the driver
+
+
+def build_callbacks(
+    cfg: Any,
+    plan: Plan,
+    run_dir: Path,
+    data: RankData,
+    agreement: StepAgreement,
+    save_model: Callable[[Path], Any],
+    requests: StopRequests | None = None,
+) -> RankCallbacks:
+    """Every callback of this rank; ``save_model`` writes a clean model (the best one)."""
+    # Rank 0's metrics go to the driver, which logs them to MLflow (no rank imports MLflow).
+    metrics_log = MetricsWriter(run_dir) if data.rank == 0 else None
+    throughput = cb.Throughput(plan.global_batch_size)
+    sync_guard = cb.WeightSyncGuard(int(cfg.train.check_sync_every_epochs))
+    requests = requests or StopRequests([], run_dir)
+    preemption = PreemptionGuard(requests, agreement, plan.steps_per_epoch, plan.epochs)
+    callbacks: list[keras.callbacks.Callback] = [
+        throughput,  # first: its epoch time leaves out the others' per-epoch work
+        agreement,  # reads the step's averaged loss and stop request for the two guards
+        NonFiniteGuard(agreement),  # before any other callback sees a bad step
+        preemption,  # after the non-finite guard: a bad step is not saved
+        sync_guard,
+        cb.LearningRateLogger(),
+        cb.AverageTrainMetrics(plan.steps_per_epoch * plan.micro_batch_size),
+        cb.ShardedValidation(data.val, data.val_samples, int(cfg.train.epochs_between_evals)),
+    ]
+    if cfg.tracking.log_every_steps > 0:
+        log = metrics_log.log if metrics_log else None
+        every = int(cfg.tracking.log_every_steps)
+        callbacks.append(cb.StepMetrics(every, plan.global_batch_size, agreement, log))
+    stop_agreement = cb.StopAgreement(run_dir, data.rank, plan.epochs, agreement)
+    callbacks.append(stop_agreement.before)
+    specs = OmegaConf.to_container(cfg.callbacks, resolve=True)
+    callbacks += user_callbacks(specs, data.rank == 0)
+    callbacks.append(stop_agreement.after)  # before rank 0's checkpoint: it sees the stop
+    if metrics_log is not None:
+        callbacks += master_callbacks(cfg, plan, run_dir, data, metrics_log, save_model, agreement)
+    callbacks.append(cb.Heartbeat(run_dir / HEARTBEATS, data.rank))  # last: see Heartbeat
+    return RankCallbacks(callbacks, throughput, sync_guard, preemption, metrics_log)
+
+
+def _progress_line(metrics: dict[str, float], epoch: int, epochs: int) -> str:
+    shown = " ".join(
+        f"{k}={v:.4g}"
+        for k, v in metrics.items()
+        if k == "lr" or any(part in k for part in ("loss", "acc", "bleu"))
+    )
+    speed = metrics.get("samples_per_s")
+    suffix = f" ({speed:,.0f} samples/s)" if speed else ""
+    return f"epoch {epoch + 1}/{epochs}: {shown}{suffix}"
+
+
+def user_callbacks(specs: dict[str, Any], is_master: bool) -> list[keras.callbacks.Callback]:
+    """Instantiate ``callbacks.<name>`` entries meant for this rank: its ``ranks`` key, else
+    the master rank for file writers and loggers (MASTER_ONLY_CLASSES), all ranks for the rest."""
+    chosen = []
+    for name, spec in specs.items():
+        spec = dict(spec)
+        scope = spec.pop("ranks", None)
+        if scope not in (None, *RANK_SCOPES):
+            raise ValueError(f"callbacks.{name}.ranks={scope!r}: use all_ranks or master_only")
+        if scope == "master_only" and not is_master:
+            continue  # not even built: its constructor may have side effects
+        callback = instantiate(spec)
+        if scope is None:
+            scope = "master_only" if isinstance(callback, MASTER_ONLY_CLASSES) else "all_ranks"
+        if scope == "all_ranks" or is_master:
+            chosen.append(callback)
+    return chosen
+
+
+def checkpoint_meta(cfg: Any, plan: Plan) -> Callable[[int, int], CheckpointMeta]:
+    """(epochs completed, training step) -> the metadata of a checkpoint of this run."""
+    problem = config_hash(OmegaConf.to_container(cfg, resolve=True))
+
+    def describe(epoch: int, step: int) -> CheckpointMeta:
+        return CheckpointMeta(epoch, step, plan.world_size, plan.global_batch_size, problem)
+
+    return describe
+
+
+def master_callbacks(
+    cfg: Any,
+    plan: Plan,
+    run_dir: Path,
+    data: RankData,
+    metrics_log: MetricsWriter,
+    save_model: Callable[[Path], Any],
+    agreement: StepAgreement,
+) -> list[keras.callbacks.Callback]:
+    """Logging, progress, the precision record, checkpoints, BLEU and TensorBoard: the
+    master rank's callbacks."""
+
+    def log_epoch(metrics: dict[str, float], epoch: int) -> None:
+        metrics_log.log(metrics, step=epoch)
+        print(_progress_line(metrics, epoch, plan.epochs), flush=True)
+
+    chosen: list[keras.callbacks.Callback] = []
+    if data.info.task == "translation" and hasattr(data.dataset, "val_text"):
+        # First: its BLEU is in the epoch's logs for the logger and the checkpointer.
+        bleu = BleuEvaluation(
+            data.dataset,
+            run_dir,
+            int(cfg.train.epochs_between_evals),
+            int(cfg.train.bleu_max_sentences),
+            int(cfg.train.bleu_beam_size),
+            data.info.input_shape[0],
+        )
+        chosen.append(bleu)
+    chosen += [cb.EpochMetricsLogger(log_epoch), cb.PrecisionRecord(run_dir / PRECISION)]
+    ckpt = cfg.checkpoint
+    if ckpt.every_epochs > 0 or ckpt.monitor:
+        chosen.append(
+            cb.Checkpointer(
+                run_dir,
+                int(ckpt.every_epochs),
+                int(ckpt.keep),
+                checkpoint_meta(cfg, plan),
+                min_interval_s=float(ckpt.min_interval_s),
+                monitor=ckpt.monitor,
+                mode=str(ckpt.mode),
+                save_model=save_model,
+            )
+        )
+    if cfg.train.tensorboard:
+        chosen.append(
+            keras.callbacks.TensorBoard(
+                log_dir=str(run_dir / TENSORBOARD), profile_batch=cfg.train.profile_batches or 0
+            )
+        )
+    if cfg.train.progress_interval_s > 0:
+        live = os.environ.get(ENV_LIVE_PROGRESS) == "1"  # a terminal shows it
+        interval = float(cfg.train.progress_interval_s)
+        chosen.append(cb.EpochProgress(interval, plan, agreement, live))
+    return chosen

@@ -1,0 +1,86 @@
+"""A rank's model and optimizer: built, compiled with tntrun's data-parallel optimizer and
+its step agreement, restored from the plan's checkpoint and made the same on every rank."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import horovod.tensorflow as hvd
+
+from tntrun.config.zoo import build_model
+from tntrun.contract.checkpoints import STATE_PREFIX
+from tntrun.datasets.base import DatasetInfo
+from tntrun.engine import data_parallel as dp
+from tntrun.engine import precision
+from tntrun.engine.lr_schedule import PlannedSchedule
+from tntrun.engine.optimizers import build_optimizer
+from tntrun.engine.tasks import compile_spec
+from tntrun.planning.plan import Plan
+
+COMPRESSION = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16}
+
+
+@dataclass(frozen=True)
+class RankModel:
+    model: Any
+    optimizer: Any  # the data-parallel one
+    agreement: dp.StepAgreement  # the step's averaged loss and stop flags, for the guards
+
+
+def build_model_and_optimizer(cfg: Any, plan: Plan, info: DatasetInfo) -> RankModel:
+    """The compiled model, its state that of the plan's checkpoint (if any) on every rank."""
+    precision.set_precision(plan.precision)  # before the model is built
+    model = build_keras3_model(cfg, info)
+    optimizer = dp.data_parallel(
+        precision.with_loss_scaling(
+            build_optimizer(cfg.optimizer, PlannedSchedule(plan.schedule)), plan.precision
+        ),
+        compression=COMPRESSION[str(cfg.horovod.compression)],
+        backward_passes_per_step=plan.backward_passes_per_step,
+    )
+    agreement = dp.agree_after_each_step(optimizer)  # for the non-finite and preemption guards
+    # Horovod's ops are not XLA ops: train.jit_compile compiles the model's part alone.
+    model.compile(
+        optimizer=optimizer,
+        jit_compile=False,
+        **compile_spec(info.task, float(cfg.train.label_smoothing)),
+    )
+    if plan.jit_compile:
+        precision.compile_gradients_with_xla(model)
+    restore_and_broadcast(model, optimizer, plan)
+    return RankModel(model, optimizer, agreement)
+
+
+class UserModelError(ValueError):
+    """The user's model cannot train here (e.g. built with tf_keras): a config error."""
+
+
+def build_keras3_model(cfg: Any, info) -> Any:
+    """The configured model with float32 outputs (:func:`precision.float32_outputs`),
+    refused with one line when it is not a Keras 3 model or cannot get them."""
+    model = build_model(cfg.model, info)
+    try:
+        dp.require_keras3(model, "model")
+        return precision.float32_outputs(model, info.input_shape)
+    except (dp.LegacyKeras, precision.OwnTrainStep) as refused:
+        raise UserModelError(f"model._target_={cfg.model._target_}: {refused}") from None
+
+
+def restore_and_broadcast(model, optimizer, plan: Plan) -> None:
+    """Rank 0 restores the plan's checkpoint (if any); every rank then gets rank 0's state.
+
+    The optimizer's step (which drives the LR schedule) is set to the plan's
+    initial step, rescaled when the layout changed since the checkpoint.
+    """
+    optimizer.build(model.trainable_variables)
+    if plan.resume_from is not None and hvd.rank() == 0:
+        precision.read_checkpoint(model, optimizer, str(Path(plan.resume_from) / STATE_PREFIX))
+        optimizer.iterations.assign(plan.initial_step)
+        print(
+            f"resumed from {plan.resume_from} at epoch {plan.initial_epoch}, "
+            f"step {plan.initial_step}",
+            flush=True,
+        )
+    dp.broadcast_state(model, optimizer, root_rank=0)

@@ -1,0 +1,77 @@
+"""A rank's input: the dataset built once, its training stream and validation batches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import tensorflow as tf
+
+from tntrun.config.zoo import build_dataset, distributes_automatically
+from tntrun.datasets.base import DatasetInfo
+from tntrun.engine.data import distribute_eval, distribute_train, shard_size
+from tntrun.planning.plan import Plan
+
+
+@dataclass(frozen=True)
+class RankData:
+    """This rank's data: the dataset, its sizes, the training stream from the plan's epoch
+    and this rank's share of the validation set."""
+
+    dataset: Any
+    info: DatasetInfo
+    rank: int
+    size: int
+    train: Any
+    val: Any
+    val_samples: int
+
+
+def build_data(cfg: Any, plan: Plan, rank: int, size: int) -> RankData:
+    dataset = build_dataset(cfg.dataset)
+    info = dataset.info()
+    train, val, val_samples = input_pipelines(cfg, plan, dataset, info, rank, size)
+    return RankData(dataset, info, rank, size, train, val, val_samples)
+
+
+def stream_from(cfg: Any, plan: Plan, data: RankData, first_epoch: int | None = None) -> Any:
+    """The training stream from ``first_epoch`` (default: the plan's)."""
+    return input_pipelines(cfg, plan, data.dataset, data.info, data.rank, data.size, first_epoch)[0]
+
+
+def input_pipelines(
+    cfg: Any, plan: Plan, dataset: Any, info, rank: int, size: int, first_epoch: int | None = None
+):
+    """(train stream from ``first_epoch`` (default: the plan's), this rank's validation
+    batches, its validation sample count)."""
+    if not distributes_automatically(cfg.dataset):
+        # Manual mode: the dataset shards and micro-batches itself for this rank.
+        train, val = dataset.load_for_rank(
+            rank=rank,
+            size=size,
+            micro_batch=plan.micro_batch_size,
+            val_micro_batch=plan.val_micro_batch_size,
+            seed=int(cfg.seed),
+        )
+        samples, batches = val.reduce(
+            (0, 0), lambda seen, batch: (seen[0] + tf.shape(batch[0])[0], seen[1] + 1)
+        )
+        # Its length stated: of a dataset whose length it cannot tell (files sharded and
+        # interleaved), Keras 3's evaluate warns "Your input ran out of data" at every end.
+        val = val.apply(tf.data.experimental.assert_cardinality(int(batches.numpy())))
+        return train.repeat(), val, int(samples.numpy())
+    train_data, val_data = dataset.load()
+    train = distribute_train(
+        train_data,
+        num_samples=info.num_train,
+        micro_batch=plan.micro_batch_size,
+        steps_per_epoch=plan.steps_per_epoch,
+        rank=rank,
+        size=size,
+        seed=int(cfg.seed),
+        first_epoch=plan.initial_epoch if first_epoch is None else first_epoch,
+        epochs=plan.epochs,
+        drop_remainder=bool(cfg.train.drop_remainder),
+    )
+    val = distribute_eval(val_data, micro_batch=plan.val_micro_batch_size, rank=rank, size=size)
+    return train, val, shard_size(info.num_val, rank, size)
