@@ -20,10 +20,10 @@ from tntrun.contract.run_files import ENV_LIVE_PROGRESS, HEARTBEATS, PRECISION, 
 from tntrun.contract.stop_requests import StopRequests
 from tntrun.engine import callbacks as cb
 from tntrun.engine.bleu import BleuEvaluation
-from tntrun.engine.data_parallel import StepAgreement
 from tntrun.engine.nonfinite import NonFiniteGuard
 from tntrun.engine.pipelines import RankData
 from tntrun.engine.preemption import PreemptionGuard
+from tntrun.engine.step_agreement import StepAgreement
 from tntrun.planning.plan import Plan
 
 RANK_SCOPES = ("all_ranks", "master_only")

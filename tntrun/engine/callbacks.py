@@ -19,9 +19,9 @@ from tntrun.contract.checkpoints import publish, publish_best
 from tntrun.contract.metrics import lowest_is_best
 from tntrun.contract.run_files import ENV_DRIVER_START
 from tntrun.engine.collectives import checksums_across_ranks, weighted_mean
-from tntrun.engine.data_parallel import StepAgreement
 from tntrun.engine.lr_schedule import learning_rate_of
 from tntrun.engine.precision import observed_precision, state_checkpoint
+from tntrun.engine.step_agreement import StepAgreement
 
 
 class AverageTrainMetrics(keras.callbacks.Callback):

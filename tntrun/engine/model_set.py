@@ -16,6 +16,7 @@ from tntrun.engine import data_parallel as dp
 from tntrun.engine import precision
 from tntrun.engine.lr_schedule import PlannedSchedule
 from tntrun.engine.optimizers import build_optimizer
+from tntrun.engine.step_agreement import StepAgreement
 from tntrun.engine.tasks import compile_spec
 from tntrun.planning.plan import Plan
 
@@ -26,7 +27,7 @@ COMPRESSION = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16}
 class RankModel:
     model: Any
     optimizer: Any  # the data-parallel one
-    agreement: dp.StepAgreement  # the step's averaged loss and stop flags, for the guards
+    agreement: StepAgreement  # the step's averaged loss and stop flags, for the guards
 
 
 def build_model_and_optimizer(cfg: Any, plan: Plan, info: DatasetInfo) -> RankModel:

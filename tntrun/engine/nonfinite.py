@@ -21,7 +21,8 @@ import keras
 import numpy as np
 
 from tntrun.contract import run_files
-from tntrun.engine.data_parallel import StepAgreement, broadcast_state
+from tntrun.engine.data_parallel import broadcast_state
+from tntrun.engine.step_agreement import StepAgreement
 
 
 class NonFiniteLoss(RuntimeError):

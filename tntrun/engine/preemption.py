@@ -24,7 +24,7 @@ import keras
 from tntrun.contract import run_files
 from tntrun.contract.checkpoints import CheckpointMeta, publish
 from tntrun.contract.stop_requests import StopRequests
-from tntrun.engine.data_parallel import StepAgreement
+from tntrun.engine.step_agreement import StepAgreement
 
 
 class Preempted(Exception):

@@ -1,0 +1,52 @@
+"""Every private Keras 3 (and TensorFlow) name tntrun's data parallelism needs, in one place.
+
+Why private: the averaging lives inside the optimizer's ``apply`` and the agreement vector
+leaves Keras' compiled step as one more output, and Keras offers no public hook for
+either. Keras 3.15 (TF 2.21) and the Keras of TF 2.18 name them alike; when a Keras release
+renames one, this module is the one to change, and tests/engine/test_data_parallel.py
+fails first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import tensorflow as tf
+from tensorflow.python.ops import control_flow_util
+
+
+def compiled_step(model: Any, step: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """Keras' own train function around ``step`` (``tf.function``, steps per execution)."""
+    return model._make_function(step)
+
+
+def schedule_of(optimizer: Any) -> Any:
+    """The learning rate as the optimizer holds it: a schedule object, or a variable."""
+    return optimizer._learning_rate
+
+
+def tracked_variables(optimizer: Any) -> list:
+    """The variables the optimizer was built on, in its slot order."""
+    return list(optimizer._trainable_variables)
+
+
+def variable_index(optimizer: Any, variable: Any) -> int:
+    """``variable``'s index in the optimizer's slot order."""
+    return optimizer._get_variable_index(variable)
+
+
+def overwrites_with_gradient(optimizer: Any, variable: Any) -> bool:
+    """Whether the optimizer assigns ``variable`` its "gradient" (a float8 scale), which must
+    be neither scaled nor averaged as a gradient."""
+    return optimizer._overwrite_variable_with_gradient(variable)
+
+
+def count_step(optimizer: Any) -> None:
+    """One more ``iterations`` without an update (a micro-step, a skipped step)."""
+    optimizer._iterations.assign_add(1)
+
+
+def tracing_into_xla() -> bool:
+    """Whether the function being traced is compiled by XLA (``jit_compile``)."""
+    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
