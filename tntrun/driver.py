@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +25,17 @@ from tntrun.contract.driver_alive import driver_tags
 from tntrun.contract.exit_codes import EXIT_INTERRUPTED, EXIT_TRACKING_PENDING
 from tntrun.contract.node_metrics import carry_over
 from tntrun.datasets.base import DatasetInfo
-from tntrun.environments import detect
+from tntrun.environments import ClusterEnvironment, detect
 from tntrun.errors import PlanError
 from tntrun.experiment import Experiment, RunResult, config_error
 from tntrun.launch import keras_override_note, with_launch_command
 from tntrun.launch.supervisor import Outcome, Supervisor
-from tntrun.planning.machine import device_problems, machine_facts, tensorboard_problems
+from tntrun.planning.machine import (
+    MachineFacts,
+    device_problems,
+    machine_facts,
+    tensorboard_problems,
+)
 from tntrun.planning.plan import Plan, build_plan
 from tntrun.planning.resume import AUTO, ResumedRun, first_resumable, load_resumed_run
 from tntrun.planning.schedule_chart import write_schedule_chart
@@ -42,11 +47,42 @@ from tntrun.tracking.recorder import Recorder
 log = logging.getLogger(__name__)
 
 
-def make_plan(exp: Experiment, run_dir: Path, resume: Any = None) -> tuple[Plan, SizedDataset]:
+@dataclass(frozen=True)
+class Facts:
+    """Where the driver runs, learnt once per run: the cluster environment (its allocation,
+    job tags, requeue) and this machine (cores, GPUs, interpreter)."""
+
+    cluster: ClusterEnvironment
+    machine: MachineFacts
+
+
+def gather_facts() -> Facts:
+    cluster = detect(os.environ)
+    return Facts(cluster, machine_facts(cluster))
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """What a plan is derived from, once vetted and sized: a restart re-plans from them
+    with only a new resume point (no re-composing, no target checks, no dataset sizing)."""
+
+    plain: dict[str, Any]
+    info: DatasetInfo
+    machine: MachineFacts
+    run_dir: Path
+
+    def plan(self, resume: Any = None) -> Plan:
+        planned = build_plan(self.plain, self.info, self.machine, self.run_dir, resume)
+        return with_launch_command(planned, self.plain, self.machine)
+
+
+def make_plan(
+    exp: Experiment, run_dir: Path, resume: Any = None, facts: Facts | None = None
+) -> tuple[Plan, SizedDataset, PlanInputs]:
     """Vet the targets, size the dataset and derive the plan (no TensorFlow).
 
-    Returns the plan and the dataset's sizes (with, for a dry run without the data,
-    why they are assumed).
+    Returns the plan, the dataset's sizes (with, for a dry run without the data, why they
+    are assumed) and what a restart re-plans from.
     """
     cfg = exp.config
     check_targets(cfg, dict(exp.choices))
@@ -59,10 +95,9 @@ def make_plan(exp: Experiment, run_dir: Path, resume: Any = None) -> tuple[Plan,
                 f"dataset.distribute=false needs a dataset with load_for_rank(); "
                 f"{cfg.dataset._target_} has none: set dataset.distribute=true"
             )
-    plain = plain_config(cfg, exp.overrides, os.environ)
-    facts = machine_facts()
-    plan = build_plan(plain, sized.info, facts, run_dir, resume)
-    return with_launch_command(plan, plain, facts), sized
+    machine = (facts or gather_facts()).machine
+    inputs = PlanInputs(plain_config(cfg, exp.overrides, os.environ), sized.info, machine, run_dir)
+    return inputs.plan(resume), sized, inputs
 
 
 def dry_run(cfg: DictConfig, plan: Plan, run_dir: Path, assumed: str | None) -> None:
@@ -81,10 +116,11 @@ def run(exp: Experiment) -> RunResult:
     cfg = exp.config
     run_dir = exp.run_dir or Path(cfg.output_root).resolve() / "runs" / "api"
     add_user_path()  # user modules (model._target_=mymodels.build) from the working directory
+    facts = gather_facts()
     try:
         tracker = tracker_for(cfg.tracking, Path(cfg.output_root))
         filled = replace(exp, config=with_allocation_layout(cfg, exp.overrides, os.environ))
-        reference, how = resume_reference(filled, tracker)
+        reference, how = resume_reference(filled, tracker, facts.cluster)
         resumed = resume_of(exp, tracker, reference, how) if reference else None
         if resumed is None:
             exp = filled
@@ -92,7 +128,7 @@ def run(exp: Experiment) -> RunResult:
             config = with_allocation_layout(resumed.config, exp.overrides, os.environ)
             exp = replace(exp, config=config)
         cfg = exp.config
-        plan, sized = make_plan(exp, run_dir, resumed.point if resumed else None)
+        plan, sized, inputs = make_plan(exp, run_dir, resumed.point if resumed else None, facts)
     except PlanError as err:  # e.g. a layout change not allowed: before any rank or record
         return config_error(err.problems, run_dir)
     if resumed:
@@ -104,7 +140,7 @@ def run(exp: Experiment) -> RunResult:
         run_dir.mkdir(parents=True, exist_ok=True)
         dry_run(cfg, plan, run_dir, sized.assumed)
         return RunResult("PLANNED", 0, run_dir, plan=plan)
-    problems = device_problems(plan.hosts, plan.gpus_per_node, machine_facts())
+    problems = device_problems(plan.hosts, plan.gpus_per_node, facts.machine)
     problems += tensorboard_problems(cfg.train.tensorboard)
     problems = problems or tracker.problems()
     if problems:
@@ -120,14 +156,16 @@ def run(exp: Experiment) -> RunResult:
         f"global batch {plan.global_batch_size} = {plan.world_size} x {plan.micro_batch_size}; "
         f"{plan.steps_per_epoch} steps/epoch x {plan.epochs} epochs; lr {plan.scaled_lr:g}"
     )
-    return launch(exp, plan, run_dir, tracker, resumed, sized.info)
+    return launch(exp, inputs, plan, tracker, resumed, facts.cluster)
 
 
-def resume_reference(exp: Experiment, tracker: Tracker) -> tuple[str | None, str]:
+def resume_reference(
+    exp: Experiment, tracker: Tracker, cluster: ClusterEnvironment
+) -> tuple[str | None, str]:
     """The run to continue and how it was chosen: ``resume=`` as given; for ``resume=auto``
     the newest unfinished run of this config with a checkpoint, and for a requeued Slurm
     job the newest of that job (None: start a new run)."""
-    cfg, cluster = exp.config, detect(os.environ)
+    cfg = exp.config
     job = cluster.requeued_job()
     if cfg.resume not in (None, AUTO):
         return str(cfg.resume), f"resume={cfg.resume}"
@@ -169,25 +207,25 @@ def resume_of(exp: Experiment, tracker: Tracker, reference: str, how: str) -> Re
 
 def launch(
     exp: Experiment,
+    inputs: PlanInputs,
     plan: Plan,
-    run_dir: Path,
     tracker: Tracker,
     resumed: ResumedRun | None,
-    dataset: DatasetInfo | None,
+    cluster: ClusterEnvironment,
 ) -> RunResult:
     """Start the ranks (the supervisor) and record the run beside them (the recorder)."""
-    cfg = exp.config
-    launch_tags = {**driver_tags(), **detect(os.environ).tags()}
+    cfg, run_dir = exp.config, inputs.run_dir
+    launch_tags = {**driver_tags(), **cluster.tags()}
     origin = RunOrigin(exp.overrides, exp.choices, exp.parent_run_id, exp.job, launch_tags)
-    recorder = Recorder(tracker, cfg, plan, run_dir, origin, resumed, dataset)
-    supervisor = Supervisor(plan, cfg, run_dir, lambda at: make_plan(exp, run_dir, at)[0])
+    recorder = Recorder(tracker, cfg, plan, run_dir, origin, resumed, inputs.info)
+    supervisor = Supervisor(plan, cfg, run_dir, inputs.plan)  # a restart: a new resume point
     outcome = Outcome("FAILED", plan)
     try:
         outcome = supervisor.run(recorder)
     finally:
         recorder.end(outcome.status, outcome.stalled)  # never leaves it RUNNING
     if outcome.preempted:
-        detect(os.environ).requeue(outcome.stop_signal)
+        cluster.requeue(outcome.stop_signal)
     if outcome.refused:
         refused = config_error(list(outcome.refused), run_dir)
         return replace(refused, run_id=tracker.run_id, plan=outcome.plan)

@@ -70,7 +70,7 @@ def new_run_tags(cfg: DictConfig, plan: Plan, run_dir: Path, origin: RunOrigin) 
     """The tags of a new run (:func:`~tntrun.tracking.run_record.start_tags`) and the user's."""
     overrides, choices = list(origin.overrides), dict(origin.choices)
     return {
-        **start_tags(plan, run_dir, overrides, choices, problem_hash(cfg)),
+        **start_tags(plan, run_dir, overrides, choices, problem_hash(cfg), origin.launch_tags),
         **user_tags(cfg.tracking),
     }
 

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
 from tntrun.contract import run_files
 from tntrun.contract.checkpoints import best_checkpoint, latest_checkpoint
-from tntrun.contract.driver_alive import driver_tags
 from tntrun.contract.rank_logs import find_failure
-from tntrun.environments import detect
 from tntrun.planning.machine import versions
 from tntrun.planning.plan import Plan
 from tntrun.tracking import Tracker
@@ -21,18 +18,24 @@ PREEMPTED_TAG = "preempted"
 
 
 def start_tags(
-    plan: Plan, run_dir: Path, overrides: list[str], choices: Mapping[str, str], problem: str
+    plan: Plan,
+    run_dir: Path,
+    overrides: list[str],
+    choices: Mapping[str, str],
+    problem: str,
+    launch_tags: Mapping[str, str],
 ) -> dict[str, str]:
     """Tags known before launch: code, versions, layout, how it was started, and the hash
-    of the training problem (``problem``: ``resume=auto`` finds unfinished runs by it)."""
+    of the training problem (``problem``: ``resume=auto`` finds unfinished runs by it).
+    ``launch_tags``: the driver's (a later command tells if it is gone) and the cluster
+    job's (a requeued job finds its run by them)."""
     return {
         **git_tags(Path.cwd()),
         **source_tags(),  # mlflow.source.name/type, mlflow.user, command
         **versions(),
         **horovod_build(),  # also with launcher=srun, whose command is not horovodrun
         **start_layout_tags(plan),
-        **driver_tags(),  # host, pid, start time: a later command tells if it is gone
-        **detect(os.environ).tags(),  # a requeued job finds its run by it
+        **launch_tags,
         "run_dir": str(run_dir),
         "config_hash": problem,
         "hydra.overrides": " ".join(overrides),

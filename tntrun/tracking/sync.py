@@ -15,6 +15,7 @@ nothing to do.
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -157,10 +158,14 @@ def rebuilt_tags(run_dir: Path) -> dict[str, str]:
     from omegaconf import OmegaConf
 
     from tntrun.contract.checkpoints import config_hash
+    from tntrun.contract.driver_alive import driver_tags
+    from tntrun.environments import detect
     from tntrun.planning.plan import Plan
     from tntrun.tracking.run_record import start_tags
 
     overrides_file = run_dir / run_files.HYDRA / "overrides.yaml"
     overrides = list(OmegaConf.load(overrides_file)) if overrides_file.is_file() else []
     problem = config_hash(OmegaConf.to_container(OmegaConf.load(run_dir / run_files.CONFIG)))
-    return start_tags(Plan.load(run_dir / run_files.PLAN), run_dir, overrides, {}, problem)
+    plan = Plan.load(run_dir / run_files.PLAN)
+    here = {**driver_tags(), **detect(os.environ).tags()}  # the run's own were not kept
+    return start_tags(plan, run_dir, overrides, {}, problem, here)
