@@ -1,7 +1,7 @@
 """Cluster environments: where a run's hosts, rank variables and job identity come from.
 
-One module per environment (Slurm, a static host list, the local machine), each
-a :class:`ClusterEnvironment` subclass registered in :data:`ENVIRONMENTS` in
+One module per environment (Slurm, a static host list, MPI's tasks, the local machine),
+each a :class:`ClusterEnvironment` subclass registered in :data:`ENVIRONMENTS` in
 the order they are detected. The driver detects the environment before planning
 and hands its :class:`Allocation` to the planner as a fact, so planning stays
 pure; the environment also requeues a job, tells its job id and restart count,
@@ -21,6 +21,7 @@ from tntrun.registry import find_class
 ENVIRONMENTS = {
     "slurm": "tntrun.environments.slurm.SlurmEnvironment",
     "static_hosts": "tntrun.environments.static_hosts.StaticHosts",
+    "mpi": "tntrun.environments.mpi.MpiTasks",
     "local": "tntrun.environments.local.LocalEnvironment",
 }
 

@@ -3,7 +3,7 @@
 A launcher owns its command, rendered from the plan, the environment its ranks
 get (``TNTRUN_RANK_ENVIRONMENT`` names the cluster environment whose task
 variables place a rank it started), its pre-flight checks and what runs beside
-the job (srun's rendezvous server). Adding one is a module with a
+the job (the rendezvous server of srun's and mpirun's ranks). Adding one is a module with a
 :class:`Launcher` subclass and a line in :data:`LAUNCHERS` (or a dotted path:
 ``launcher=mypackage.launchers.MyLauncher``).
 """
@@ -26,6 +26,8 @@ from tntrun.registry import find_class
 LAUNCHERS = {
     "horovodrun": "tntrun.launch.horovodrun.HorovodrunLauncher",
     "srun": "tntrun.launch.srun.SrunLauncher",
+    "mpirun": "tntrun.launch.mpirun.MpirunLauncher",
+    "mpiexec": "tntrun.launch.mpirun.MpirunLauncher",  # the same: MPI's other name for it
 }
 
 
@@ -39,6 +41,8 @@ class LaunchSpec:
     worker: tuple[str, ...]  # the rank's command: python -m tntrun.engine.worker <run dir>
     start_timeout: int = 60
     cpu_only: bool = True
+    pin_to_socket: bool = False  # a launcher that binds ranks binds each to its socket
+    cores_per_node: int | None = None  # the driver's node's (binding more ranks overloads)
     python: str = "python"  # the driver's interpreter, which the launcher command runs
     env: Mapping[str, str] = field(default_factory=dict)  # the driver's environment
 
@@ -101,6 +105,8 @@ def with_launch_command(plan: Plan, cfg: Mapping[str, Any], facts: MachineFacts)
         worker=plan.worker,
         start_timeout=int(cfg["horovod"]["start_timeout"]),
         cpu_only=plan.gpus_per_node == 0,
+        pin_to_socket=plan.pin_to_socket,
+        cores_per_node=facts.cores_per_node,
         python=facts.python,
         env=facts.env,
     )
