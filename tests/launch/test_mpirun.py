@@ -10,7 +10,14 @@ import pytest
 
 from tests.helpers.bounds import AFTER_RANK_FAILURE_S
 from tests.helpers.commands import tntrun_cli
-from tests.helpers.driving import LONG_RUN, assert_nothing_left, fault, run_until, the_run
+from tests.helpers.driving import (
+    LONG_RUN,
+    assert_ctrl_c_stops_every_rank,
+    assert_nothing_left,
+    fault,
+    run_until,
+    the_run,
+)
 from tests.helpers.mpi import MPIS, mpi_first_on_path
 from tests.helpers.paths import BIN
 from tests.helpers.runs import run_dir_of
@@ -54,6 +61,13 @@ def test_a_killed_rank_ends_the_run_failed_and_leaves_nothing(tmp_path, monkeypa
     # consequence: either rank may then be named.
     named = {"openmpi": {"1"}, "mpich": {"0", "1"}}[mpi]
     assert run.data.tags["failure.rank"] in named, run.data.tags.get("failure.reason")
+
+
+@pytest.mark.parametrize("mpi", sorted(MPIS))
+def test_ctrl_c_stops_every_mpirun_rank(tmp_path, monkeypatch, mpi):
+    """SIGINT to the driver: mpirun is stopped, its ranks with it: KILLED, nothing left."""
+    mpi_first_on_path(mpi, tmp_path, monkeypatch)
+    assert_ctrl_c_stops_every_rank(tmp_path, "launcher=mpirun", roles=MPIRUN)
 
 
 def test_without_an_mpi_the_run_is_refused_in_one_line(tmp_path, monkeypatch):

@@ -20,6 +20,7 @@ from tntrun.launch.mpirun import (
     InstalledMpi,
     MpirunLauncher,
     mpi_kind,
+    mpi_problems,
 )
 from tntrun.planning.knobs import HorovodKnob, horovod_knobs
 
@@ -135,6 +136,15 @@ def test_every_horovod_knob_reaches_the_ranks_as_a_variable(tmp_path):
 )
 def test_what_mpirun_cannot_render_is_one_line(mpi, knobs, problem):
     assert MpirunLauncher(mpi).problems(replace(SPEC, knobs=knobs)) == [problem]
+
+
+def test_ssh_keys_for_this_machine_alone_have_no_effect(tmp_path):
+    local = replace(SPEC, knobs=horovod_knobs({**HOROVOD, "ssh_port": 2222}, tmp_path))
+    assert mpi_problems(local, OPENMPI, {"localhost", "vm"}) == [
+        "horovod.ssh_port=2222 has no effect with launcher=mpirun on this machine alone "
+        "(mpirun reaches no host by ssh): remove it"
+    ]
+    assert mpi_problems(two_hosts(tmp_path, ssh_port=2222), OPENMPI, {"localhost"}) == []
 
 
 HOSTS = (("h1", 2), ("h2", 2))

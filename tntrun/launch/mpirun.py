@@ -25,6 +25,7 @@ from typing import Any
 from tntrun.contract import run_files
 from tntrun.environments.mpi import MpiTasks
 from tntrun.launch import Launcher, LaunchSpec, base_environment
+from tntrun.launch.remote_hosts import is_local, local_addresses
 from tntrun.launch.rendezvous import RENDEZVOUS_VARIABLES, serving_rendezvous
 from tntrun.planning.knobs import HorovodKnob
 
@@ -80,8 +81,9 @@ def find_mpi(env: dict[str, str] | Any) -> InstalledMpi:
     return InstalledMpi(None)
 
 
-def mpi_problems(spec: LaunchSpec, mpi: InstalledMpi) -> list[str]:
-    """Why ``mpi`` cannot run ``spec`` (pure): one line each, naming the key and the fix."""
+def mpi_problems(spec: LaunchSpec, mpi: InstalledMpi, local: set[str]) -> list[str]:
+    """Why ``mpi`` cannot run ``spec`` (pure; ``local``: this machine's names and
+    addresses): one line each, naming the key and the fix."""
     if mpi.path is None:
         return [f"launcher=mpirun needs an MPI: no mpirun or mpiexec on PATH; {INSTALL}"]
     if mpi.kind is None:
@@ -90,12 +92,20 @@ def mpi_problems(spec: LaunchSpec, mpi: InstalledMpi) -> list[str]:
             f"launcher=mpirun: {mpi.path} is neither Open MPI nor MPICH (--version says "
             f"{said!r}); put one first on PATH or use launcher=horovodrun"
         ]
-    return [
+    problems = [
         f"horovod.{knob.key}={knob.value} has no effect with launcher=mpirun (it sets no "
         "variable the ranks could read): remove it"
         for knob in spec.knobs
         if not knob.env and not knob.in_rank and knob.key not in SSH_KNOBS
     ]
+    if all(is_local(host, local) for host, _ in spec.hosts):
+        problems += [
+            f"horovod.{knob.key}={knob.value} has no effect with launcher=mpirun on this "
+            "machine alone (mpirun reaches no host by ssh): remove it"
+            for knob in spec.knobs
+            if knob.key in SSH_KNOBS
+        ]
+    return problems
 
 
 def rank_variables(spec: LaunchSpec) -> dict[str, str]:
@@ -198,7 +208,7 @@ class MpirunLauncher(Launcher):
         return self._mpi
 
     def problems(self, spec: LaunchSpec) -> list[str]:
-        return mpi_problems(spec, self.installed(spec))
+        return mpi_problems(spec, self.installed(spec), local_addresses())
 
     def command(self, spec: LaunchSpec) -> tuple[tuple[str, ...], dict[str, str]]:
         mpi, env = self.installed(spec), rank_variables(spec)
