@@ -122,7 +122,7 @@ def launcher_for(name: str) -> Launcher:
     found = find_class(name, LAUNCHERS, Launcher)
     if found is None:
         raise PlanError(
-            f"launcher={name}: choose {' or '.join(LAUNCHERS)} "
+            f"launcher={name}: choose {', '.join([*LAUNCHERS][:-1])} or {[*LAUNCHERS][-1]} "
             "(or the dotted path of a tntrun.launch.Launcher subclass)"
         )
     return found()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,7 +66,7 @@ def mpi_kind(version: str) -> str | None:
     return None
 
 
-def find_mpi(env: dict[str, str] | Any) -> InstalledMpi:
+def find_mpi(env: Mapping[str, str]) -> InstalledMpi:
     """The MPI on the driver's PATH: ``mpirun``, else ``mpiexec`` (what Cray PALS has)."""
     for name in ("mpirun", "mpiexec"):
         found = shutil.which(name, path=env.get("PATH"))
