@@ -149,7 +149,9 @@ fi
 # Real components the tests start, from Debian: chromium (the MLflow UI browser test;
 # Playwright cannot download browsers here), openssh-server (sshd in network-namespace
 # hosts for the multi-host tests), slurm-wlm + munge (a real Slurm cluster), postgresql (a
-# team's tracking server: PostgreSQL under `mlflow server`). One apt-get
+# team's tracking server: PostgreSQL under `mlflow server`), openmpi-bin + libopenmpi-dev and
+# mpich (launcher=mpirun under each MPI; Debian installs them side by side, `mpirun` is
+# whichever its alternatives choose, the tests pick each by name). One apt-get
 # update, one install. As root a failed install fails the set-up (the tests would fail
 # naming the component anyway); without root the tests that need them are skipped, with
 # the reasons listed at the end of the test run.
@@ -159,9 +161,11 @@ command -v chromium >/dev/null || missing+=(chromium)
 command -v slurmctld >/dev/null || missing+=(slurm-wlm)
 command -v munged >/dev/null || [ -x /usr/sbin/munged ] || missing+=(munge)
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
+command -v mpirun.openmpi >/dev/null || missing+=(openmpi-bin libopenmpi-dev)
+command -v mpirun.mpich >/dev/null || missing+=(mpich)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    step "installing ${missing[*]} (Debian) for the browser, multi-host, Slurm and team-server tests"
+    step "installing ${missing[*]} (Debian) for the browser, multi-host, Slurm, MPI and team-server tests"
     { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"; } \
       > "$VENV/apt-install.log" 2>&1 \
       || { tail -n 20 "$VENV/apt-install.log" >&2; die "could not install ${missing[*]} with apt-get (full log: $VENV/apt-install.log)"; }

@@ -104,7 +104,7 @@ CHECKS = [
         "model._target_=tntrun.models.cnn.build_cnn: build_cnn() takes no hidden_units "
         "(kept from model=mlp): start from model=custom",
     ),
-    (["launcher=nosuch"], "launcher=nosuch: choose horovodrun or srun"),
+    (["launcher=nosuch"], "launcher=nosuch: choose horovodrun, srun, mpirun or mpiexec"),
     (
         ["+tracking.tagz.team=vision"],
         "tracking.tagz: no such key: use one of check_model_loads, description, ",

@@ -5,9 +5,10 @@ this machine's pid namespace), not by ``pgrep -f <run dir>``: the driver, the sr
 rendezvous server, horovodrun's middlemen and slurmstepd have no run directory on
 their command line. The search takes every process whose command line or
 environment names the run directory, the driver (the pid in ``driver.alive``), the
-slurmstepd above any of them, and all their descendants; given what it found while
-the run ran (pid and start time), also those still running, so a process that lost
-its parent (the driver SIGKILLed, an orphaned rank) is still found.
+slurmstepd or MPI daemon (orted, prted, hydra_pmi_proxy) above any of them, and all
+their descendants; given what it found while the run ran (pid and start time), also
+those still running, so a process that lost its parent (the driver SIGKILLed, an orphaned
+rank) is still found.
 
 The positive control (:func:`processes_while_running`) runs the same search while
 the ranks provably run (their heartbeats show progress, rank 0 held at a step by
@@ -30,6 +31,11 @@ from tntrun.launch.horovodrun import HOROVODRUN_COMMAND
 from tntrun.launch.watchdog import progress
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+MPI_LAUNCHERS = ("mpirun", "mpiexec", "orterun", "prterun")  # and their .openmpi/.hydra forms
+# What starts ranks on a host for a launcher elsewhere: Slurm's step, Open MPI's and MPICH's
+# daemons (on a remote host a child of sshd, so found above the ranks, not below the driver).
+HOST_DAEMONS = ("slurmstepd", "orted", "prted", "hydra_pmi_proxy")
+MPI_DAEMONS = HOST_DAEMONS[1:]
 
 
 @dataclass(frozen=True)
@@ -117,12 +123,17 @@ def role(process: Process, driver: int | None) -> str:
     if process.pid == driver:
         return "driver"
     if argv[1:3] == ("-m", "tntrun.engine.worker") and names[0].startswith("python"):
-        env = process.environ  # horovodrun sets HOROVOD_RANK; srun, SLURM_PROCID
-        return f"rank {env.get('HOROVOD_RANK', env.get('SLURM_PROCID', '?'))}"
+        env = process.environ  # horovodrun sets HOROVOD_RANK; srun SLURM_PROCID; MPIs theirs
+        keys = ("HOROVOD_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+        return f"rank {next((env[k] for k in keys if k in env), '?')}"
     if "horovodrun" in names or HOROVODRUN_COMMAND in argv[1:3]:
         return "horovodrun"
     if names and names[0] == "srun":
         return "srun"
+    if names and names[0].startswith(MPI_LAUNCHERS):
+        return "mpirun"
+    if process.comm in MPI_DAEMONS:
+        return "mpi daemon"
     if "tntrun.launch.rendezvous_server" in argv:
         return "rendezvous server"
     if process.comm == "slurmstepd":
@@ -152,9 +163,9 @@ def run_processes(run_dir: Path | str, known: Iterable[Process] = ()) -> list[Pr
     seeds |= {p.pid for p in known if p.pid in table and table[p.pid].started == p.started}
     if driver is not None:
         seeds.add(driver)
-    for pid in list(seeds):  # the Slurm step (or batch step) that started it
-        steps = [p.pid for p in _ancestors(pid, table) if p.comm == "slurmstepd"]
-        seeds.update(steps[:1])
+    for pid in list(seeds):  # the Slurm step (or batch step) or MPI daemon that started it
+        daemons = [p.pid for p in _ancestors(pid, table) if p.comm in HOST_DAEMONS]
+        seeds.update(daemons[:1])
     children: dict[int, list[int]] = {}
     for p in table.values():
         children.setdefault(p.ppid, []).append(p.pid)

@@ -263,7 +263,8 @@ class TntrunConfig:
     hosts: list[str] | None = None
     hostfile: str | None = None
 
-    # horovodrun (ssh/local), srun (inside a Slurm allocation) or a Launcher's dotted path.
+    # horovodrun (ssh/local), srun (inside a Slurm allocation), mpirun/mpiexec (the site's
+    # MPI; a PBS job's default) or a Launcher's dotted path.
     launcher: str = "horovodrun"
     dry_run: bool = False
     # After training, profile compute and allreduce on the ranks and predict step time and

@@ -1,7 +1,8 @@
 """Per-rank logs from horovodrun's combined output, and what a failed rank said.
 
 horovodrun prefixes every line a rank prints with ``[<rank>]<stdout>:`` or
-``[<rank>]<stderr>:``; lines without a prefix are the launcher's own.
+``[<rank>]<stderr>:`` (srun and the MPIs with their own labels, :data:`RANK_LINE`);
+lines without a prefix are the launcher's own.
 """
 
 from __future__ import annotations
@@ -13,12 +14,23 @@ from typing import TextIO
 
 from tntrun.contract.run_files import RANK_DONE
 
-# horovodrun: "[3]<stdout>:text"; srun --label: "3: text".
-RANK_LINE = re.compile(r"^(?:\[(\d+)\]<(?:stdout|stderr)>:|\s*(\d+): )(.*)$", re.DOTALL)
-FIRST_FAILED = re.compile(r"first process to do so was:\s*Process name:\s*(\d+)", re.MULTILINE)
+# horovodrun: "[3]<stdout>:text"; Open MPI's --tag-output: "[1,3]<stdout>:text" (job, rank);
+# MPICH's -prepend-rank: "[3] text"; srun --label: "3: text".
+RANK_LINE = re.compile(
+    r"^(?:\[(?:\d+,)?(\d+)\](?:<(?:stdout|stderr)>:| )|\s*(\d+): )(.*)$", re.DOTALL
+)
+# Open MPI labels every chunk it reads, so a long line may carry its label again inside.
+CHUNK_LABEL = re.compile(r"\[\d+,\d+\]<(?:stdout|stderr)>:")
+# The rank that ended first, as the launcher names it: horovodrun, then Open MPI.
+FIRST_FAILED = re.compile(
+    r"first process to do so was:\s*Process name:\s*(\d+)|noticed that process rank (\d+)",
+    re.MULTILINE,
+)
 LAUNCHER = "launcher"
 # What the other ranks' collectives raise once one rank failed: a consequence, not the cause.
 HOROVOD_SHUT_DOWN = "Horovod has been shut down"
+# What Horovod's background loop logs when another rank's connection is gone.
+PEER_LOST = "Horovod background loop uncaught exception"
 # The line that ends a whole traceback: "ValueError: ...", "KeyboardInterrupt" (at column 0).
 EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?::|$)", re.MULTILINE)
 TAIL_LINES = 8
@@ -42,7 +54,8 @@ class RankLogWriter:
     def write(self, line: str) -> None:
         match = RANK_LINE.match(line)
         if match:
-            self._file(f"rank.{match.group(1) or match.group(2)}").write(match.group(3))
+            text = CHUNK_LABEL.sub("", match.group(3))
+            self._file(f"rank.{match.group(1) or match.group(2)}").write(text)
         else:
             self._file(LAUNCHER).write(line)
 
@@ -89,9 +102,10 @@ def find_failure(directory: Path) -> RankFailure | None:
         int(log.stem.split(".")[1]): log.read_text(errors="replace")
         for log in directory.glob("rank.*.log")
     }
-    named = FIRST_FAILED.search(launcher_text)
-    first = int(named.group(1)) if named else None
-    order = sorted(logs, key=lambda rank: (rank != first, rank))
+    named = FIRST_FAILED.search(launcher_text)  # MPICH's Hydra names no rank
+    first = int(named.group(1) or named.group(2)) if named else None
+    # Then ranks whose log shows the failure of another (Horovod's lost connection) last.
+    order = sorted(logs, key=lambda rank: (rank != first, after_another(logs[rank]), rank))
     tracebacks = {rank: last_traceback(logs[rank]) for rank in order}
     for rank in order:
         found = tracebacks[rank]
@@ -106,6 +120,11 @@ def find_failure(directory: Path) -> RankFailure | None:
                 rank, f"rank {rank} ended without a traceback{code}; last output:\n{tail}"
             )
     return next((RankFailure(r, tracebacks[r]) for r in order if tracebacks[r]), None)
+
+
+def after_another(log: str) -> bool:
+    """Whether a rank's log shows that another rank failed first."""
+    return HOROVOD_SHUT_DOWN in log or PEER_LOST in log
 
 
 def is_whole(traceback: str) -> bool:

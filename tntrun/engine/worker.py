@@ -147,4 +147,7 @@ def exit_now(code: int) -> None:
 
 
 if __name__ == "__main__":
+    # One write per line, even unbuffered (PYTHONUNBUFFERED=1 would write print()'s text and
+    # its newline apart): Open MPI's --tag-output labels every write, not every line.
+    sys.stdout.reconfigure(line_buffering=True, write_through=False)
     exit_now(main(sys.argv))

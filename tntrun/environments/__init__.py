@@ -1,7 +1,7 @@
 """Cluster environments: where a run's hosts, rank variables and job identity come from.
 
-One module per environment (Slurm, a static host list, the local machine), each
-a :class:`ClusterEnvironment` subclass registered in :data:`ENVIRONMENTS` in
+One module per environment (Slurm, a static host list, MPI's tasks, the local machine),
+each a :class:`ClusterEnvironment` subclass registered in :data:`ENVIRONMENTS` in
 the order they are detected. The driver detects the environment before planning
 and hands its :class:`Allocation` to the planner as a fact, so planning stays
 pure; the environment also requeues a job, tells its job id and restart count,
@@ -20,7 +20,9 @@ from tntrun.registry import find_class
 
 ENVIRONMENTS = {
     "slurm": "tntrun.environments.slurm.SlurmEnvironment",
+    "pbs": "tntrun.environments.pbs.PbsEnvironment",
     "static_hosts": "tntrun.environments.static_hosts.StaticHosts",
+    "mpi": "tntrun.environments.mpi.MpiTasks",
     "local": "tntrun.environments.local.LocalEnvironment",
 }
 
@@ -39,12 +41,16 @@ class Allocation:
     tasks_per_node: tuple[int, ...] = ()
     gpus_per_node: int | None = None
     sized_by_config: bool = False  # allocated from this very config: fills no layout key
+    launcher: str | None = None  # how the scheduler's jobs start ranks (PBS: mpirun)
 
-    def layout(self, given: set[str]) -> dict[str, int]:
-        """Layout keys the allocation fills, for those not given on the command line."""
+    def layout(self, given: set[str]) -> dict[str, int | str]:
+        """Layout keys the allocation fills, for those not given on the command line (and
+        the launcher its scheduler starts ranks with)."""
         if self.sized_by_config or not self.hosts:
             return {}
-        layout = {} if "nodes" in given else {"nodes": len(self.hosts)}
+        layout: dict[str, int | str] = {} if "nodes" in given else {"nodes": len(self.hosts)}
+        if self.launcher and "launcher" not in given:
+            layout["launcher"] = self.launcher
         if not self.exact:  # a scheduler's allocation also says what it gave each node
             if "gpus" not in given and self.gpus_per_node:
                 layout["gpus"] = self.gpus_per_node
@@ -129,7 +135,7 @@ def allocation_for(environ: Mapping[str, str], cfg: Mapping[str, Any]) -> Alloca
 
 def layout_from_hosts(
     cfg: Mapping[str, Any], environ: Mapping[str, str], given: set[str]
-) -> dict[str, int]:
+) -> dict[str, int | str]:
     """Layout keys not given on the command line that the hosts fill in: a host list sets
     ``nodes`` (``tntrun -m 'hosts=[a],[a,b]'`` sweeps 1 and 2 nodes), a scheduler's
     allocation what it allocated."""

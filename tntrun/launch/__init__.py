@@ -3,7 +3,7 @@
 A launcher owns its command, rendered from the plan, the environment its ranks
 get (``TNTRUN_RANK_ENVIRONMENT`` names the cluster environment whose task
 variables place a rank it started), its pre-flight checks and what runs beside
-the job (srun's rendezvous server). Adding one is a module with a
+the job (the rendezvous server of srun's and mpirun's ranks). Adding one is a module with a
 :class:`Launcher` subclass and a line in :data:`LAUNCHERS` (or a dotted path:
 ``launcher=mypackage.launchers.MyLauncher``).
 """
@@ -27,6 +27,8 @@ from tntrun.registry import find_class
 LAUNCHERS = {
     "horovodrun": "tntrun.launch.horovodrun.HorovodrunLauncher",
     "srun": "tntrun.launch.srun.SrunLauncher",
+    "mpirun": "tntrun.launch.mpirun.MpirunLauncher",
+    "mpiexec": "tntrun.launch.mpirun.MpirunLauncher",  # the same: MPI's other name for it
 }
 
 
@@ -40,6 +42,8 @@ class LaunchSpec:
     worker: tuple[str, ...]  # the rank's command: python -m tntrun.engine.worker <run dir>
     start_timeout: int = HorovodConfig.start_timeout  # the schema's default, stated there
     cpu_only: bool = True
+    pin_to_socket: bool = False  # a launcher that binds ranks binds each to its socket
+    cores_per_node: int | None = None  # the driver's node's (binding more ranks overloads)
     python: str = "python"  # the driver's interpreter, which the launcher command runs
     env: Mapping[str, str] = field(default_factory=dict)  # the driver's environment
 
@@ -102,6 +106,8 @@ def with_launch_command(plan: Plan, cfg: Mapping[str, Any], facts: MachineFacts)
         worker=plan.worker,
         start_timeout=int(cfg["horovod"]["start_timeout"]),
         cpu_only=plan.gpus_per_node == 0,
+        pin_to_socket=plan.pin_to_socket,
+        cores_per_node=facts.cores_per_node,
         python=facts.python,
         env=facts.env,
     )
@@ -117,7 +123,7 @@ def launcher_for(name: str) -> Launcher:
     found = find_class(name, LAUNCHERS, Launcher)
     if found is None:
         raise PlanError(
-            f"launcher={name}: choose {' or '.join(LAUNCHERS)} "
+            f"launcher={name}: choose {', '.join([*LAUNCHERS][:-1])} or {[*LAUNCHERS][-1]} "
             "(or the dotted path of a tntrun.launch.Launcher subclass)"
         )
     return found()

@@ -4,16 +4,12 @@ Every Slurm task runs ``python -m tntrun.engine.worker``; before Horovod starts,
 the rank maps SLURM_PROCID and friends to the HOROVOD_* variables horovodrun
 would have set (the Slurm environment's ``rank_environment``, named to the ranks
 by ``TNTRUN_RANK_ENVIRONMENT``). The ranks meet at a Gloo rendezvous
-server the driver runs beside the job (``tntrun.launch.rendezvous_server``,
-a child process, so the driver never imports Horovod). Horovod knobs reach the
+server the driver runs beside the job (``tntrun.launch.rendezvous``). Horovod knobs reach the
 ranks as HOROVOD_* variables.
 """
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -25,6 +21,7 @@ from tntrun.environments.slurm import (
     expand_slurm_nodelist,
 )
 from tntrun.launch import Launcher, LaunchSpec, base_environment
+from tntrun.launch.rendezvous import serving_rendezvous
 
 
 class SrunLauncher(Launcher):
@@ -87,37 +84,6 @@ class SrunLauncher(Launcher):
 
     @contextmanager
     def running(self, plan: Any, cfg: Any) -> Iterator[dict[str, str]]:
-        """Run the Gloo rendezvous server for the plan's hosts; yield the ranks' variables."""
-        hosts = ",".join(f"{host}:{slots}" for host, slots in plan.hosts)
-        server = subprocess.Popen(
-            [sys.executable, "-m", "tntrun.launch.rendezvous_server", hosts],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            line = server.stdout.readline().split()
-            if len(line) != 2 or line[0] != "port":
-                raise RuntimeError(f"the rendezvous server did not start (said {line!r})")
-            yield {
-                "HOROVOD_GLOO_RENDEZVOUS_ADDR": driver_address(cfg.horovod.network_interface),
-                "HOROVOD_GLOO_RENDEZVOUS_PORT": line[1],
-            }
-        finally:
-            server.stdin.close()
-            try:
-                server.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                server.kill()
-
-
-def driver_address(network_interface: str | None) -> str:
-    """The address ranks reach the driver at: the NIC's IPv4, else the hostname's."""
-    if network_interface:
-        import psutil
-
-        for address in psutil.net_if_addrs().get(network_interface, []):
-            if address.family == socket.AF_INET:
-                return address.address
-        raise RuntimeError(f"horovod.network_interface={network_interface} has no IPv4 address")
-    return socket.gethostbyname(socket.gethostname())
+        """The Gloo rendezvous server the ranks meet at; yields their variables."""
+        with serving_rendezvous(plan, cfg) as variables:
+            yield variables

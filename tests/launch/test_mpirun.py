@@ -1,0 +1,84 @@
+"""``launcher=mpirun`` with real ranks, under Open MPI and under MPICH: the default
+experiment, a killed rank, and the refusal when no MPI is installed."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.bounds import AFTER_RANK_FAILURE_S
+from tests.helpers.commands import tntrun_cli
+from tests.helpers.driving import (
+    LONG_RUN,
+    assert_ctrl_c_stops_every_rank,
+    assert_nothing_left,
+    fault,
+    run_until,
+    the_run,
+)
+from tests.helpers.mpi import MPIS, mpi_first_on_path
+from tests.helpers.paths import BIN
+from tests.helpers.runs import run_dir_of
+from tntrun.contract.run_files import RANK_DONE
+from tntrun.planning.plan import Plan
+
+pytestmark = pytest.mark.slow
+
+# Found beside the ranks while they run: the driver and mpirun (ranks on this host are its
+# children, or its daemon's: MPICH's hydra_pmi_proxy).
+MPIRUN = ("driver", "mpirun")
+
+
+@pytest.mark.parametrize("mpi", sorted(MPIS))
+def test_the_default_experiment_finishes_under_each_mpi(run_tntrun, tmp_path, monkeypatch, mpi):
+    real = mpi_first_on_path(mpi, tmp_path, monkeypatch)
+    result = run_tntrun("launcher=mpirun", "train.epochs=1")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run_dir = run_dir_of(result)
+    _, _, run = the_run(tmp_path, result.stdout)
+    assert run.info.status == "FINISHED"
+    assert run.data.params["plan.world_size"] == "2"
+    assert Path(Plan.load(run_dir / "plan.json").launch_command[0]).name == real
+    assert "rank 1/2: local rank 1, host" in result.stdout  # Horovod's place, from MPI's
+    for rank in (0, 1):  # each rank's lines, split by the MPI's label
+        assert RANK_DONE in (run_dir / "logs" / f"rank.{rank}.log").read_text()
+
+
+@pytest.mark.parametrize("mpi", sorted(MPIS))
+def test_a_killed_rank_ends_the_run_failed_and_leaves_nothing(tmp_path, monkeypatch, mpi):
+    mpi_first_on_path(mpi, tmp_path, monkeypatch)
+    code, seconds, output, seen = run_until(
+        tmp_path, ("launcher=mpirun", *LONG_RUN, *fault("kill")), "injecting fault", roles=MPIRUN
+    )
+    assert code != 0 and seconds < AFTER_RANK_FAILURE_S, f"{seconds:.1f} s to end after the fault"
+    run_dir, _, run = the_run(tmp_path, output)
+    assert run.info.status == "FAILED"
+    assert_nothing_left(run_dir, seen, time.monotonic(), 0)  # the driver waited for them all
+    # Open MPI names the rank that ended first; MPICH's Hydra names none and SIGKILLs the
+    # others at once, so rank 0 may not live to log the lost connection that marks it a
+    # consequence: either rank may then be named.
+    named = {"openmpi": {"1"}, "mpich": {"0", "1"}}[mpi]
+    assert run.data.tags["failure.rank"] in named, run.data.tags.get("failure.reason")
+
+
+@pytest.mark.parametrize("mpi", sorted(MPIS))
+def test_ctrl_c_stops_every_mpirun_rank(tmp_path, monkeypatch, mpi):
+    """SIGINT to the driver: mpirun is stopped, its ranks with it: KILLED, nothing left."""
+    mpi_first_on_path(mpi, tmp_path, monkeypatch)
+    assert_ctrl_c_stops_every_rank(tmp_path, "launcher=mpirun", roles=MPIRUN)
+
+
+def test_without_an_mpi_the_run_is_refused_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(BIN))  # the environment's commands, no MPI
+    result = tntrun_cli(tmp_path, "launcher=mpirun")
+    assert result.returncode == 2, result.stdout[-3000:]
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .endswith(
+            "launcher=mpirun needs an MPI: no mpirun or mpiexec on PATH; install one "
+            "(apt-get install openmpi-bin, or mpich) or use launcher=horovodrun"
+        )
+    )
