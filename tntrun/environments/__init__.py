@@ -11,12 +11,16 @@ Adding an environment (PBS, LSF) is one module and a line in :data:`ENVIRONMENTS
 
 from __future__ import annotations
 
+import logging
 import signal
+import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from tntrun.registry import find_class
+
+log = logging.getLogger(__name__)
 
 ENVIRONMENTS = {
     "slurm": "tntrun.environments.slurm.SlurmEnvironment",
@@ -150,3 +154,36 @@ def rank_variable_names() -> list[tuple[str, str, str]]:
     """(rank, size, local rank) task variables of every registered environment."""
     named = (_environment_class(name).rank_variables for name in ENVIRONMENTS)
     return [names for names in named if names]
+
+
+def horovod_rank_variables(
+    hosts: Sequence[tuple[str, int]], node: int, rank: int, local_rank: int
+) -> dict[str, str]:
+    """The HOROVOD_* variables horovodrun would give ``rank`` (local rank ``local_rank`` on
+    node ``node`` of ``hosts``), for ranks another launcher started (srun, mpirun): they
+    meet at tntrun's Gloo rendezvous server."""
+    return {
+        "HOROVOD_HOSTNAME": hosts[node][0],
+        "HOROVOD_RANK": str(rank),
+        "HOROVOD_SIZE": str(sum(slots for _, slots in hosts)),
+        "HOROVOD_LOCAL_RANK": str(local_rank),
+        "HOROVOD_LOCAL_SIZE": str(hosts[node][1]),
+        "HOROVOD_CROSS_RANK": str(node),
+        "HOROVOD_CROSS_SIZE": str(len(hosts)),
+        "HOROVOD_CONTROLLER": "gloo",
+        "HOROVOD_CPU_OPERATIONS": "gloo",
+    }
+
+
+def requeue_job(command: list[str], job: str, fix: str) -> None:
+    """Ask the scheduler to run ``job`` again (``command``), which continues the run; one
+    line either way (``fix``: what makes the job requeueable)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the requeue ends this job: let it
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode == 0:
+        log.info(f"tntrun: requeued {job}; it continues this run")
+    else:
+        log.warning(
+            f"tntrun: could not requeue {job} ({done.stderr.strip()}): {fix}, or continue "
+            "with resume=auto"
+        )

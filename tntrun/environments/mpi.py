@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from tntrun.environments import ClusterEnvironment
+from tntrun.environments import ClusterEnvironment, horovod_rank_variables
 
 # (rank, size, local rank) of each MPI's launcher, in the order they are looked for. PALS
 # sets no size of its own (Cray's PMI sets PMI_SIZE beside it); None: the plan's world.
@@ -59,14 +59,4 @@ def block_placement(
             f"mpirun placed rank {rank} as local rank {local_rank} of node {node}, not in blocks "
             f"of {hosts[node][1]}: map by slot (tntrun's mpirun command does)"
         )
-    return {
-        "HOROVOD_HOSTNAME": hosts[node][0],
-        "HOROVOD_RANK": str(rank),
-        "HOROVOD_SIZE": str(size),
-        "HOROVOD_LOCAL_RANK": str(local_rank),
-        "HOROVOD_LOCAL_SIZE": str(hosts[node][1]),
-        "HOROVOD_CROSS_RANK": str(node),
-        "HOROVOD_CROSS_SIZE": str(len(hosts)),
-        "HOROVOD_CONTROLLER": "gloo",
-        "HOROVOD_CPU_OPERATIONS": "gloo",
-    }
+    return horovod_rank_variables(hosts, node, rank, local_rank)

@@ -17,7 +17,7 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-from tntrun.environments import Allocation, ClusterEnvironment, LayoutError
+from tntrun.environments import Allocation, ClusterEnvironment, LayoutError, requeue_job
 
 log = logging.getLogger(__name__)
 
@@ -79,15 +79,7 @@ class PbsEnvironment(ClusterEnvironment):
                 "with resume=auto"
             )
             return
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the rerun ends this job: let it
-        done = subprocess.run(["qrerun", job], capture_output=True, text=True, check=False)
-        if done.returncode == 0:
-            log.info(f"tntrun: requeued PBS job {job}; it continues this run")
-        else:
-            log.warning(
-                f"tntrun: could not requeue PBS job {job} ({done.stderr.strip()}): submit "
-                "with -r y, or continue with resume=auto"
-            )
+        requeue_job(["qrerun", job], f"{self.title} job {job}", "submit with -r y")
 
     def tags(self) -> dict[str, str]:
         job = self.job_id()

@@ -9,10 +9,9 @@ from __future__ import annotations
 import logging
 import re
 import signal
-import subprocess
 from collections.abc import Mapping, Sequence
 
-from tntrun.environments import Allocation, ClusterEnvironment
+from tntrun.environments import Allocation, ClusterEnvironment, horovod_rank_variables, requeue_job
 
 log = logging.getLogger(__name__)
 
@@ -53,15 +52,9 @@ class SlurmEnvironment(ClusterEnvironment):
         job = self.job_id()
         if received in (None, signal.SIGTERM) or not job:
             return
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the requeue ends this job: let it
-        done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
-        if done.returncode == 0:
-            log.info(f"tntrun: requeued Slurm job {job}; it continues this run")
-        else:
-            log.warning(
-                f"tntrun: could not requeue Slurm job {job} ({done.stderr.strip()}): submit "
-                "with --requeue, or continue with resume=auto"
-            )
+        requeue_job(
+            ["scontrol", "requeue", job], f"{self.title} job {job}", "submit with --requeue"
+        )
 
     def tags(self) -> dict[str, str]:
         job = self.job_id()
@@ -82,17 +75,10 @@ def horovod_env(slurm: Mapping[str, str], hosts: Sequence[tuple[str, int]]) -> d
             f"srun placed task {rank} as local task {local_rank} of node {node}, not in blocks of "
             f"{per_node}: run srun with --distribution=block (tntrun's launch does)"
         )
-    return {
-        "HOROVOD_HOSTNAME": hosts[node][0],
-        "HOROVOD_RANK": str(rank),
-        "HOROVOD_SIZE": str(size),
-        "HOROVOD_LOCAL_RANK": str(local_rank),
-        "HOROVOD_LOCAL_SIZE": str(per_node),
-        "HOROVOD_CROSS_RANK": str(node),
-        "HOROVOD_CROSS_SIZE": str(len(hosts)),
-        "HOROVOD_CONTROLLER": "gloo",
-        "HOROVOD_CPU_OPERATIONS": "gloo",
-    }
+    if size != sum(slots for _, slots in hosts):
+        planned = sum(slots for _, slots in hosts)
+        raise RuntimeError(f"srun started {size} tasks, the plan has {planned}: launch as planned")
+    return horovod_rank_variables(hosts, node, rank, local_rank)
 
 
 def expand_slurm_nodelist(nodelist: str) -> list[str]:
