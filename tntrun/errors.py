@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import logging
+import sys
 from collections.abc import Sequence
-
-from tntrun.console import ensure_console
-
-log = logging.getLogger(__name__)
 
 
 class PlanError(ValueError):
@@ -23,8 +19,8 @@ class PlanError(ValueError):
 
 
 def print_problems(problems: Sequence[str]) -> None:
-    """The driver's form of bad input: one ``tntrun: config error: ...`` line each (on
-    stderr; in Hydra's job log too when there is one)."""
-    ensure_console()
+    """The driver's form of bad input: one ``tntrun: config error: ...`` line each, on
+    stderr whatever logging is set up (they come before any job's log exists, from a
+    sweep's callbacks too)."""
     for problem in problems:
-        log.error(f"tntrun: config error: {problem}")
+        print(f"tntrun: config error: {problem}", file=sys.stderr, flush=True)
