@@ -16,6 +16,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.helpers.commands import clean_env, tntrun_cli, tntrun_command
+from tests.helpers.mpi import MPIS, mpi_first_on_path
 from tests.helpers.pace import PACE
 from tests.helpers.runs import run_dir_of, store_uri, wait_for_file
 from tntrun.config.schema import TrainConfig
@@ -146,13 +147,19 @@ def test_model_flop_utilisation_is_logged(two_ranks):
     assert "measured matmul peak" in two_ranks[1].stdout
 
 
+@pytest.mark.parametrize("launcher", ["horovodrun", *(f"mpirun-{mpi}" for mpi in sorted(MPIS))])
 def test_a_preempted_run_resumes_mid_epoch_into_the_same_run_with_the_same_weights(
-    two_ranks, tmp_path
+    two_ranks, tmp_path, monkeypatch, launcher
 ):
     """SIGTERM to the driver (what Slurm sends on preemption): the ranks stop together at
     one step of epoch 2, checkpoint it, and the run ends KILLED, tagged preempted;
-    resume=auto finds it, continues from that step and ends as if never stopped."""
+    resume=auto finds it, continues from that step and ends as if never stopped (the
+    weights of the uninterrupted horovodrun run), under horovodrun and under each MPI."""
     _, uninterrupted = two_ranks
+    chosen: tuple[str, ...] = ()
+    if launcher.startswith("mpirun-"):
+        mpi_first_on_path(launcher.removeprefix("mpirun-"), tmp_path, monkeypatch)
+        chosen = ("launcher=mpirun",)
     (tmp_path / "pace.py").write_text(PACE)
     reached = tmp_path / "reached"  # rank 0 holds at epoch 2, batch 3 until it notes the stop
     hold = (
@@ -165,7 +172,7 @@ def test_a_preempted_run_resumes_mid_epoch_into_the_same_run_with_the_same_weigh
     log = tmp_path / "driver.log"
     with log.open("w") as out:
         driver = subprocess.Popen(
-            tntrun_command(tmp_path, *CONFIG, *hold),
+            tntrun_command(tmp_path, *CONFIG, *chosen, *hold),
             cwd=tmp_path,
             env=clean_env(),
             stdout=out,
@@ -190,7 +197,7 @@ def test_a_preempted_run_resumes_mid_epoch_into_the_same_run_with_the_same_weigh
     assert tags["preempted"].startswith("SIGTERM on "), tags
     assert tags["preempted"].endswith(f"checkpoint {checkpoint}"), tags
 
-    resumed = tntrun_cli(tmp_path, *CONFIG, "resume=auto")
+    resumed = tntrun_cli(tmp_path, *CONFIG, *chosen, "resume=auto")
     finished(resumed)
     assert f"resume=auto: continuing run {run_id}" in resumed.stdout
     run = client.get_run(run_id)
