@@ -16,44 +16,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-BIN = Path(sys.executable).parent
-
-
-def after_training(work: Path) -> float:
-    """Seconds from rank 0's last metrics line to the run's end time in MLflow."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
-    (run,) = client.search_runs([client.get_experiment_by_name("tntrun").experiment_id])
-    metrics = Path(run.data.tags["run_dir"]) / "metrics.jsonl"
-    last_line = json.loads(metrics.read_text().splitlines()[-1])
-    return (run.info.end_time - last_line["t"]) / 1000
+from log_model_cost import timed_run
 
 
 def one_run(work: Path, check: bool) -> tuple[float, float, float | None]:
     """(wall s, after-training s, the check's s or None) of the default run."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "HOROVOD_"))}
-    start = time.perf_counter()
-    subprocess.run(
-        [
-            str(BIN / "tntrun"),
-            f"tracking.check_model_loads={str(check).lower()}",
-            f"output_root={work}",
-        ],
-        cwd=work,
-        env=env,
-        check=True,
-        capture_output=True,
-    )
-    wall, after = time.perf_counter() - start, after_training(work)
+    wall, after = timed_run(work, f"tracking.check_model_loads={str(check).lower()}")
     (record,) = list(work.glob("runs/*/*/model_loads.json")) or [None]
     if record is None:
         return wall, after, None

@@ -25,29 +25,34 @@ from pathlib import Path
 BIN = Path(sys.executable).parent
 
 
-def one_run(work: Path, log_model: bool) -> tuple[float, float]:
-    """(wall s, after-training s) of the default run."""
+def timed_run(work: Path, override: str) -> tuple[float, float]:
+    """(wall s, after-training s) of the default run with ``override``, in ``work``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "HOROVOD_"))}
     start = time.perf_counter()
     subprocess.run(
-        [
-            str(BIN / "tntrun"),
-            f"tracking.log_model={str(log_model).lower()}",
-            f"output_root={work}",
-        ],
+        [str(BIN / "tntrun"), override, f"output_root={work}"],
         cwd=work,
         env=env,
         check=True,
         capture_output=True,
     )
-    wall = time.perf_counter() - start
+    return time.perf_counter() - start, after_training(work)
+
+
+def after_training(work: Path) -> float:
+    """Seconds from rank 0's last metrics line to the run's end time in MLflow."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
     (run,) = client.search_runs([client.get_experiment_by_name("tntrun").experiment_id])
     metrics = Path(run.data.tags["run_dir"]) / "metrics.jsonl"
     last_line = json.loads(metrics.read_text().splitlines()[-1])
-    return wall, (run.info.end_time - last_line["t"]) / 1000
+    return (run.info.end_time - last_line["t"]) / 1000
+
+
+def one_run(work: Path, log_model: bool) -> tuple[float, float]:
+    """(wall s, after-training s) of the default run."""
+    return timed_run(work, f"tracking.log_model={str(log_model).lower()}")
 
 
 def main() -> None:

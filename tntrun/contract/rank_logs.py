@@ -74,7 +74,7 @@ class RankFailure:
         """One line: the rank and its exception line (or its report's first line)."""
         _, _, frames = self.traceback.partition("\n")
         found = list(EXCEPTION_LINE.finditer(frames)) if self.traceback.startswith("Trace") else []
-        line = frames[found[-1].start() :].split("\n", 1)[0] if found else self.traceback
+        line = frames[found[-1].start() :] if found else self.traceback
         line = line.split("\n", 1)[0].removesuffix("; last output:").strip()
         return (line if line.startswith("rank ") else f"rank {self.rank}: {line}")[:REASON_CHARS]
 

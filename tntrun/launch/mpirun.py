@@ -26,6 +26,7 @@ from tntrun.contract import run_files
 from tntrun.environments.mpi import MpiTasks
 from tntrun.launch import Launcher, LaunchSpec, base_environment
 from tntrun.launch.remote_hosts import is_local, local_addresses
+from tntrun.launch.remote_hosts import ssh_options as remote_ssh_options
 from tntrun.launch.rendezvous import RENDEZVOUS_VARIABLES, serving_rendezvous
 from tntrun.planning.knobs import HorovodKnob
 
@@ -122,12 +123,8 @@ def ssh_options(knobs: tuple[HorovodKnob, ...]) -> list[str]:
     given = {knob.key: knob.value for knob in knobs if knob.key in SSH_KNOBS}
     if not given:
         return []
-    options = ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no"]
-    if given.get("ssh_port") is not None:
-        options += ["-p", str(given["ssh_port"])]
-    if given.get("ssh_identity_file") is not None:
-        options += ["-i", str(given["ssh_identity_file"])]
-    return options
+    identity = given.get("ssh_identity_file")
+    return remote_ssh_options(given.get("ssh_port"), None if identity is None else str(identity))
 
 
 def network_interface(knobs: tuple[HorovodKnob, ...]) -> str | None:

@@ -55,21 +55,19 @@ def is_local(host: str, local: set[str]) -> bool:
         return False
 
 
-def ssh_command(host: str, port: int | None, identity: str | None, timeout: int) -> list[str]:
-    command = [
-        "ssh",
-        "-o",
-        "BatchMode=yes",
-        "-o",
-        "StrictHostKeyChecking=no",
-        "-o",
-        f"ConnectTimeout={timeout}",
-    ]
+def ssh_options(port: int | None, identity: str | None) -> list[str]:
+    """How tntrun's ssh reaches a host (horovodrun's checks, mpirun's agent): no prompt, no
+    host-key question, the port and key of horovod.ssh_port / horovod.ssh_identity_file."""
+    options = ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no"]
     if port:
-        command += ["-p", str(port)]
+        options += ["-p", str(port)]
     if identity:
-        command += ["-i", identity]
-    return [*command, host]
+        options += ["-i", identity]
+    return options
+
+
+def ssh_command(host: str, port: int | None, identity: str | None, timeout: int) -> list[str]:
+    return ["ssh", "-o", f"ConnectTimeout={timeout}", *ssh_options(port, identity), host]
 
 
 def check_host(
