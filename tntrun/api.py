@@ -39,10 +39,12 @@ def compose(
 def plan(experiment: Experiment | Sequence[str]):
     """The immutable plan of an experiment (world size, micro-batch, scaled LR, steps,
     launch command), without launching anything. Raises PlanError."""
-    from tntrun.driver import make_plan
+    from tntrun.preparation import gather_facts, prepare, typed_experiment
 
     exp = _experiment(experiment)
-    return make_plan(exp, exp.run_dir or Path(exp.config.output_root) / "plan")[0]
+    typed = typed_experiment(exp.config, exp.overrides, os.environ)
+    run_dir = exp.run_dir or Path(typed.settings.output_root) / "plan"
+    return prepare(typed, exp.choices, gather_facts().machine, run_dir)[0]
 
 
 def run(experiment: Experiment | Sequence[str], config_dir: str | None = None) -> RunResult:

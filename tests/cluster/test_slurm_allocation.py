@@ -10,6 +10,7 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from tests.helpers.components import require_module
+from tests.helpers.plans import horovod_settings
 from tntrun.config.schema import HorovodConfig
 from tntrun.environments import layout_from_hosts
 from tntrun.environments.slurm import horovod_env
@@ -76,7 +77,7 @@ def test_every_horovod_knob_reaches_srun_ranks_or_is_refused(tmp_path):
     spec = LaunchSpec(
         hosts=(("n1", 2), ("n2", 2)),
         world_size=4,
-        knobs=horovod_knobs(hvd, tmp_path),
+        knobs=horovod_knobs(horovod_settings(hvd), tmp_path),
         worker=("python",),
         env=env,
     )
@@ -93,7 +94,9 @@ def test_every_horovod_knob_reaches_srun_ranks_or_is_refused(tmp_path):
         "HOROVOD_CYCLE_TIME",
         "HOROVOD_GLOO_IFACE",
     } <= set(ranks_env)
-    ssh = replace(spec, knobs=horovod_knobs({**HOROVOD, "ssh_port": 2222}, tmp_path))
+    ssh = replace(
+        spec, knobs=horovod_knobs(horovod_settings({**HOROVOD, "ssh_port": 2222}), tmp_path)
+    )
     assert SrunLauncher().problems(ssh) == [
         "horovod.ssh_port=2222 has no effect with launcher=srun (srun starts the ranks, nothing "
         "connects over ssh): remove it"

@@ -9,9 +9,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.helpers.commands import tntrun_cli
+from tests.helpers.plans import plan_for
 from tests.helpers.runs import run_dir_of, store_uri
-from tntrun.config.compose import plain_config
-from tntrun.planning.plan import DatasetInfo, MachineFacts, build_plan
+from tntrun.planning.plan import DatasetInfo, MachineFacts
 
 IMAGENET = DatasetInfo(1_281_167, 50_000, (224, 224, 3), 1000)
 SEED_LAYOUT = ("nodes=2", "gpus=4", "hosts=[a,b]", "global_batch_size=512")
@@ -19,15 +19,15 @@ SEED_LAYOUT = ("nodes=2", "gpus=4", "hosts=[a,b]", "global_batch_size=512")
 
 def test_resnet50_imagenet_plans_the_seeds_numbers(compose_cfg):
     overrides = ("experiment=resnet50_imagenet", "dataset.data_dir=/data", *SEED_LAYOUT)
-    cfg = plain_config(compose_cfg(*overrides), list(overrides), {})
-    plan = build_plan(cfg, IMAGENET, MachineFacts(cores_per_node=32), Path("/runs/x"))
+    plan = plan_for(compose_cfg, *overrides, data=IMAGENET, facts=MachineFacts(cores_per_node=32))
     assert (plan.world_size, plan.micro_batch_size) == (8, 64)
     assert plan.scaled_lr == pytest.approx(0.2)
     steps = 1_281_167 // 512
     assert plan.schedule.warmup_steps == 5 * steps
     assert plan.schedule.boundaries == (30 * steps, 60 * steps, 80 * steps)
-    assert plan.epochs == 90 and cfg["model"]["weight_decay"] == pytest.approx(1e-4)
-    assert cfg["optimizer"]["momentum"] == 0.9
+    settings = plan.settings
+    assert plan.epochs == 90 and settings.model["weight_decay"] == pytest.approx(1e-4)
+    assert settings.optimizer["momentum"] == 0.9
 
 
 def test_a_one_epoch_smoke_run_keeps_the_recipes_schedule(compose_cfg):
@@ -37,8 +37,7 @@ def test_a_one_epoch_smoke_run_keeps_the_recipes_schedule(compose_cfg):
         "train.epochs=1",
         *SEED_LAYOUT,
     )
-    cfg = plain_config(compose_cfg(*overrides), list(overrides), {})
-    plan = build_plan(cfg, IMAGENET, MachineFacts(cores_per_node=32), Path("/runs/x"))
+    plan = plan_for(compose_cfg, *overrides, data=IMAGENET, facts=MachineFacts(cores_per_node=32))
     steps = 1_281_167 // 512
     assert (plan.epochs, plan.schedule_epochs, plan.stops_early) == (1, 90, True)
     assert plan.total_steps == steps and plan.schedule.total_steps == 90 * steps
@@ -81,12 +80,12 @@ def test_a_smoke_run_shorter_than_the_transformers_warmup_is_noted_not_refused(t
 
 def test_transformer_big_wmt14_counts_its_batch_in_tokens(compose_cfg):
     overrides = ("experiment=transformer_big_wmt14", "dataset.data_dir=/data", *SEED_LAYOUT[:3])
-    cfg = plain_config(compose_cfg(*overrides), list(overrides), {})
     wmt = DatasetInfo(4_500_000, 3003, (64,), 32000, task="translation")
-    plan = build_plan(cfg, wmt, MachineFacts(cores_per_node=32), Path("/runs/x"))
+    plan = plan_for(compose_cfg, *overrides, data=wmt, facts=MachineFacts(cores_per_node=32))
     assert plan.global_batch_size == 32768 // 64 and plan.micro_batch_size == 64
-    assert cfg["model"]["param_set"] == "big" and cfg["train"]["label_smoothing"] == 0.1
-    assert (cfg["optimizer"]["beta_2"], cfg["optimizer"]["epsilon"]) == (0.98, 1e-9)
+    settings = plan.settings
+    assert settings.model["param_set"] == "big" and settings.train.label_smoothing == 0.1
+    assert (settings.optimizer["beta_2"], settings.optimizer["epsilon"]) == (0.98, 1e-9)
 
 
 def write_tiny_imagenet(root: Path, train_per_file: int = 16) -> Path:

@@ -6,9 +6,11 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from tntrun.config.compose import plain_config
-from tntrun.launch import with_launch_command
-from tntrun.planning.plan import DatasetInfo, MachineFacts, Plan, build_plan
+from omegaconf import OmegaConf
+
+from tntrun.config.schema import HorovodConfig
+from tntrun.planning.plan import DatasetInfo, MachineFacts, Plan, ResumePoint
+from tntrun.preparation import PlanInputs, typed_experiment
 
 DIGITS = DatasetInfo(num_train=1438, num_val=359, input_shape=(64,), num_classes=10)
 IMAGENET = DatasetInfo(
@@ -18,9 +20,23 @@ FACTS = MachineFacts(cores_per_node=2, numactl="/usr/bin/numactl")
 SVG = "{http://www.w3.org/2000/svg}"
 
 
-def plan_for(compose_cfg, *overrides: str, data=DIGITS, facts=FACTS) -> Plan:
-    cfg = plain_config(compose_cfg(*overrides), list(overrides), {})
-    return with_launch_command(build_plan(cfg, data, facts, Path("/runs/x")), cfg, facts)
+def plan_for(
+    compose_cfg,
+    *overrides: str,
+    data=DIGITS,
+    facts=FACTS,
+    run_dir: Path = Path("/runs/x"),
+    resume: ResumePoint | None = None,
+) -> Plan:
+    """The plan the driver would make of ``overrides`` (no dataset sized, no targets vetted:
+    ``data`` and ``facts`` stand for them)."""
+    typed = typed_experiment(compose_cfg(*overrides), list(overrides), facts.env)
+    return PlanInputs(typed.settings, typed.config_hash, data, facts, run_dir).plan(resume)
+
+
+def settings_for(compose_cfg, *overrides: str):
+    """The typed settings of ``overrides``."""
+    return typed_experiment(compose_cfg(*overrides), list(overrides), {}).settings
 
 
 def line_points(svg: str) -> list[tuple[float, float]]:
@@ -28,3 +44,8 @@ def line_points(svg: str) -> list[tuple[float, float]]:
     root = ET.fromstring(svg)
     (line,) = [e for e in root.iter(f"{SVG}polyline") if e.get("class") == "lr"]
     return [tuple(map(float, p.split(","))) for p in line.get("points").split()]
+
+
+def horovod_settings(given: dict) -> HorovodConfig:
+    """``horovod.*`` as the settings type it (``given``: plain values, enums by name)."""
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(HorovodConfig), given))

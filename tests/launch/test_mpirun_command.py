@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 from omegaconf import OmegaConf
 
+from tests.helpers.plans import horovod_settings
 from tntrun.config.schema import HorovodConfig
 from tntrun.contract.rank_logs import RANK_LINE, RankLogWriter, find_failure
 from tntrun.environments.mpi import MpiTasks
@@ -37,7 +38,7 @@ SPEC = LaunchSpec(hosts=(("localhost", 2),), world_size=2, knobs=(), worker=WORK
 
 
 def two_hosts(tmp_path, **horovod) -> LaunchSpec:
-    knobs = horovod_knobs({**HOROVOD, **horovod}, tmp_path)
+    knobs = horovod_knobs(horovod_settings({**HOROVOD, **horovod}), tmp_path)
     return replace(SPEC, hosts=(("10.77.0.1", 1), ("10.77.0.2", 1)), knobs=knobs)
 
 
@@ -102,7 +103,10 @@ def test_remote_hosts_are_reached_by_ssh_with_the_horovod_ssh_keys(tmp_path):
 
 def test_every_horovod_knob_reaches_the_ranks_as_a_variable(tmp_path):
     hvd = {**HOROVOD, "fusion_threshold_kb": 64, "cycle_time_ms": 2.5, "timeline": True}
-    spec = replace(SPEC, knobs=horovod_knobs({**hvd, "hierarchical_allreduce": True}, tmp_path))
+    spec = replace(
+        SPEC,
+        knobs=horovod_knobs(horovod_settings({**hvd, "hierarchical_allreduce": True}), tmp_path),
+    )
     for mpi in (OPENMPI, HYDRA):
         assert MpirunLauncher(mpi).problems(spec) == []
         _, env = MpirunLauncher(mpi).command(spec)
@@ -139,7 +143,9 @@ def test_what_mpirun_cannot_render_is_one_line(mpi, knobs, problem):
 
 
 def test_ssh_keys_for_this_machine_alone_have_no_effect(tmp_path):
-    local = replace(SPEC, knobs=horovod_knobs({**HOROVOD, "ssh_port": 2222}, tmp_path))
+    local = replace(
+        SPEC, knobs=horovod_knobs(horovod_settings({**HOROVOD, "ssh_port": 2222}), tmp_path)
+    )
     assert mpi_problems(local, OPENMPI, {"localhost", "vm"}) == [
         "horovod.ssh_port=2222 has no effect with launcher=mpirun on this machine alone "
         "(mpirun reaches no host by ssh): remove it"

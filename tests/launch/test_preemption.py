@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.plans import settings_for
 from tntrun.config.values import value_problems
 from tntrun.contract.checkpoints import (
     CheckpointMeta,
@@ -83,17 +84,16 @@ def test_resume_auto_picks_the_newest_unfinished_run_with_a_checkpoint(tmp_path)
     assert first_resumable(candidates[:3]) is None
 
 
-def test_signal_names_in_the_config():
+def test_signal_names_in_the_config(compose_cfg):
     assert signal_number("SIGUSR1") == signal_number("usr1") == signal.SIGUSR1
     assert signal_number("15") == signal.SIGTERM
     with pytest.raises(ValueError, match="no such signal 'SIGNOPE'"):
         signal_number("SIGNOPE")
-    ok = {"optimizer": {"base_lr": 0.1}, "train": {"preempt_signals": ["TERM", "SIGUSR2"]}}
+    ok = settings_for(compose_cfg, "train.preempt_signals=[TERM,SIGUSR2]")
     assert value_problems(ok) == []
     for bad in (["SIGNOPE"], ["SIGKILL"], ["SIGINT"]):
-        problems = value_problems(
-            {"optimizer": {"base_lr": 0.1}, "train": {"preempt_signals": bad}}
-        )
+        given = settings_for(compose_cfg, f"train.preempt_signals=[{bad[0]}]")
+        problems = value_problems(given)
         assert problems == [
             f"train.preempt_signals={bad}: name signals, e.g. [SIGTERM,SIGUSR1], or []"
         ]

@@ -9,12 +9,10 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from tests.helpers.plans import DIGITS, FACTS
-from tntrun.config.compose import plain_config
+from tests.helpers.plans import plan_for
 from tntrun.contract.checkpoints import LAYOUT_KEYS, CheckpointMeta
 from tntrun.errors import PlanError
-from tntrun.launch import with_launch_command
-from tntrun.planning.plan import Plan, build_plan
+from tntrun.planning.plan import Plan
 from tntrun.planning.resume import ResumedRun, ResumePoint, resume_position
 from tntrun.tracking.opening import RunOrigin, problem_hash, resume_tags
 
@@ -27,9 +25,7 @@ def point(allow: bool, meta: CheckpointMeta = PREEMPTED) -> ResumePoint:
 
 
 def resumed_plan(compose_cfg, *overrides: str, allow: bool = True) -> Plan:
-    cfg = plain_config(compose_cfg(*overrides), list(overrides), {})
-    plan = build_plan(cfg, DIGITS, FACTS, Path("/runs/b"), point(allow))
-    return with_launch_command(plan, cfg, FACTS)
+    return plan_for(compose_cfg, *overrides, run_dir=Path("/runs/b"), resume=point(allow))
 
 
 def test_the_experiments_hash_leaves_out_where_the_ranks_run(compose_cfg):
@@ -109,8 +105,7 @@ def test_a_resumed_runs_tags_and_name_follow_the_new_layout(compose_cfg, caplog)
 def test_the_same_layout_changes_no_layout_tag(compose_cfg):
     same = CheckpointMeta(1, 32, 2, 64, "h", 9)
     resumed = ResumedRun(Path("/runs/a"), "r1", OmegaConf.create({}), point(False, same), "x")
-    cfg = plain_config(compose_cfg(), [], {})
-    plan = build_plan(cfg, DIGITS, FACTS, Path("/runs/b"), resumed.point)
+    plan = plan_for(compose_cfg, run_dir=Path("/runs/b"), resume=resumed.point)
     recorded = {"world_size": "2", "hosts": "localhost:2", "mlflow.runName": "mlp-digits-2x32"}
     tags = resume_tags(resumed, plan, Path("/runs/b"), RunOrigin(), recorded, 1)
     assert not {"world_size", "hosts", "mlflow.runName", "layout_changes"} & set(tags)

@@ -94,20 +94,14 @@ def with_allocation_layout(
     return cfg
 
 
-def plain_config(
-    cfg: DictConfig, overrides: Sequence[str], env: Mapping[str, str]
-) -> dict[str, Any]:
+def plain_config(cfg: DictConfig, overrides: Sequence[str]) -> dict[str, Any]:
     """The resolved config as plain data, with the user's batch intent applied.
 
     ``micro_batch_size`` or ``batch_tokens`` derive the global batch, so the
     config's default ``global_batch_size`` is dropped unless it was overridden too.
-    The layout keys not given on the command line come from the hosts: ``nodes`` from
-    ``hosts``/``hostfile``, else nodes, tasks and GPUs per node from a Slurm allocation.
     """
     plain = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    given = given_keys(overrides)
     derives_global = plain["micro_batch_size"] is not None or plain["batch_tokens"]
-    if derives_global and "global_batch_size" not in given:
+    if derives_global and "global_batch_size" not in given_keys(overrides):
         plain["global_batch_size"] = None
-    plain.update(layout_from_hosts(plain, env, given))
     return plain

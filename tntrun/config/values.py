@@ -1,6 +1,6 @@
 """Range checks of single config values that the schema's types cannot express.
 
-Pure: a resolved config (plain mapping) in, one line per problem out, each
+Pure: the typed settings in, one line per problem out, each
 naming the key and a value that works. The planner reports them together with
 its own layout and batch checks, before any rank starts.
 """
@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from tntrun.config.schema import TrackingConfig
+from tntrun.config.settings import Settings
 
 SEED_LIMIT = 2**32  # NumPy's seed range
 
@@ -71,36 +72,33 @@ RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
 )
 
 
-def lookup(cfg: Mapping[str, Any], dotted: str) -> Any:
-    """The value at ``a.b.c`` (None when a level is missing)."""
-    value: Any = cfg
+def lookup(settings: Settings, dotted: str) -> Any:
+    """The value at ``a.b.c`` (None when a level is missing): typed sections by attribute,
+    the target-defined ones (``optimizer``: plain dicts) by key."""
+    value: Any = settings
     for part in dotted.split("."):
-        if not isinstance(value, Mapping) or part not in value:
-            return None
-        value = value[part]
+        value = value.get(part) if isinstance(value, Mapping) else getattr(value, part, None)
     return value
 
 
-def unknown_tracking_keys(cfg: Mapping[str, Any]) -> list[str]:
+def unknown_tracking_keys(settings: Settings) -> list[str]:
     """``+tracking.<key>`` that MLflow's tracker does not know (a typo would be logged as a
     param and do nothing). Another tracker (``tracking._target_``) takes its own keys."""
-    tracking = lookup(cfg, "tracking") or {}
-    if tracking.get("_target_") != TrackingConfig._target_:
+    if settings.tracking._target_ != TrackingConfig._target_:
         return []
     known = {f.name for f in dataclasses.fields(TrackingConfig)}
     return [
         f"tracking.{key}: no such key: use one of {', '.join(sorted(known - {'_target_'}))} "
         "(tags go in +tracking.tags.<name>=<value>)"
-        for key in tracking
-        if key not in known
+        for key in settings.tracker_options
     ]
 
 
-def value_problems(cfg: Mapping[str, Any]) -> list[str]:
+def value_problems(settings: Settings) -> list[str]:
     """One line per value out of its range, and per unknown tracking key."""
-    problems = unknown_tracking_keys(cfg)
+    problems = unknown_tracking_keys(settings)
     for key, accepts, fix in RULES:
-        value = lookup(cfg, key)
+        value = lookup(settings, key)
         if (key == "optimizer.base_lr" or value is not None) and not accepts(value):
             problems.append(f"{key}={value}: {fix}")
     return problems

@@ -7,6 +7,7 @@ modules in the working directory.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,25 +24,25 @@ from tntrun.models.base import SIZED_BY_DATASET
 ENGINE_KEYS = ("distribute",)
 
 
-def _dataset_args(cfg: DictConfig) -> dict[str, Any]:
-    return {
-        k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k not in ENGINE_KEYS
-    }
+def _dataset_args(section: Mapping[str, Any]) -> dict[str, Any]:
+    if isinstance(section, DictConfig):  # the driver's, composed (a dry run may miss keys)
+        section = OmegaConf.to_container(section, resolve=True)
+    return {k: v for k, v in section.items() if k not in ENGINE_KEYS}
 
 
-def build_dataset(cfg: DictConfig) -> Any:
-    """The dataset object named by ``dataset._target_``."""
-    return instantiate(_dataset_args(cfg))
+def build_dataset(section: Mapping[str, Any]) -> Any:
+    """The dataset object the ``dataset`` section's ``_target_`` names."""
+    return instantiate(_dataset_args(section))
 
 
-def distributes_automatically(cfg: DictConfig) -> bool:
+def distributes_automatically(section: Mapping[str, Any]) -> bool:
     """False when the dataset shards and batches itself (``dataset.distribute=false``)."""
-    return bool(cfg.get("distribute", True))
+    return section.get("distribute", True) is not False
 
 
-def build_model(cfg: DictConfig, info: DatasetInfo) -> Any:
-    """The model named by ``model._target_``, sized for the dataset."""
-    return instantiate(cfg, input_shape=info.input_shape, num_classes=info.num_classes)
+def build_model(section: Mapping[str, Any], info: DatasetInfo) -> Any:
+    """The model the ``model`` section's ``_target_`` names, sized for the dataset."""
+    return instantiate(section, input_shape=info.input_shape, num_classes=info.num_classes)
 
 
 def check_targets(cfg: DictConfig, choices: dict[str, str]) -> None:

@@ -12,9 +12,8 @@ from typing import Any
 
 import keras
 from hydra.utils import instantiate
-from omegaconf import OmegaConf
 
-from tntrun.contract.checkpoints import CheckpointMeta, config_hash
+from tntrun.contract.checkpoints import CheckpointMeta
 from tntrun.contract.metrics import MetricsWriter
 from tntrun.contract.run_files import ENV_LIVE_PROGRESS, HEARTBEATS, PRECISION, TENSORBOARD
 from tntrun.contract.stop_requests import StopRequests
@@ -52,7 +51,6 @@ class RankCallbacks:
 
 
 def build_callbacks(
-    cfg: Any,
     plan: Plan,
     run_dir: Path,
     data: RankData,
@@ -64,7 +62,8 @@ def build_callbacks(
     # Rank 0's metrics go to the driver, which logs them to MLflow (no rank imports MLflow).
     metrics_log = MetricsWriter(run_dir) if data.rank == 0 else None
     throughput = cb.Throughput(plan.global_batch_size)
-    sync_guard = cb.WeightSyncGuard(int(cfg.train.check_sync_every_epochs))
+    train, tracking = plan.settings.train, plan.settings.tracking
+    sync_guard = cb.WeightSyncGuard(train.check_sync_every_epochs)
     requests = requests or StopRequests([], run_dir)
     preemption = PreemptionGuard(requests, agreement, plan.steps_per_epoch, plan.epochs)
     callbacks: list[keras.callbacks.Callback] = [
@@ -75,19 +74,18 @@ def build_callbacks(
         sync_guard,
         cb.LearningRateLogger(),
         cb.AverageTrainMetrics(plan.steps_per_epoch * plan.micro_batch_size),
-        cb.ShardedValidation(data.val, data.val_samples, int(cfg.train.epochs_between_evals)),
+        cb.ShardedValidation(data.val, data.val_samples, train.epochs_between_evals),
     ]
-    if cfg.tracking.log_every_steps > 0:
+    if tracking.log_every_steps > 0:
         log = metrics_log.log if metrics_log else None
-        every = int(cfg.tracking.log_every_steps)
+        every = tracking.log_every_steps
         callbacks.append(cb.StepMetrics(every, plan.global_batch_size, agreement, log))
     stop_agreement = cb.StopAgreement(run_dir, data.rank, plan.epochs, agreement)
     callbacks.append(stop_agreement.before)
-    specs = OmegaConf.to_container(cfg.callbacks, resolve=True)
-    callbacks += user_callbacks(specs, data.rank == 0)
+    callbacks += user_callbacks(plan.settings.callbacks, data.rank == 0)
     callbacks.append(stop_agreement.after)  # before rank 0's checkpoint: it sees the stop
     if metrics_log is not None:
-        callbacks += master_callbacks(cfg, plan, run_dir, data, metrics_log, save_model, agreement)
+        callbacks += master_callbacks(plan, run_dir, data, metrics_log, save_model, agreement)
     callbacks.append(cb.Heartbeat(run_dir / HEARTBEATS, data.rank))  # last: see Heartbeat
     return RankCallbacks(callbacks, throughput, sync_guard, preemption, metrics_log)
 
@@ -122,18 +120,18 @@ def user_callbacks(specs: dict[str, Any], is_master: bool) -> list[keras.callbac
     return chosen
 
 
-def checkpoint_meta(cfg: Any, plan: Plan) -> Callable[[int, int], CheckpointMeta]:
+def checkpoint_meta(plan: Plan) -> Callable[[int, int], CheckpointMeta]:
     """(epochs completed, training step) -> the metadata of a checkpoint of this run."""
-    problem = config_hash(OmegaConf.to_container(cfg, resolve=True))
 
     def describe(epoch: int, step: int) -> CheckpointMeta:
-        return CheckpointMeta(epoch, step, plan.world_size, plan.global_batch_size, problem)
+        return CheckpointMeta(
+            epoch, step, plan.world_size, plan.global_batch_size, plan.config_hash
+        )
 
     return describe
 
 
 def master_callbacks(
-    cfg: Any,
     plan: Plan,
     run_dir: Path,
     data: RankData,
@@ -148,41 +146,41 @@ def master_callbacks(
         metrics_log.log(metrics, step=epoch)
         print(_progress_line(metrics, epoch, plan.epochs), flush=True)
 
+    train = plan.settings.train
     chosen: list[keras.callbacks.Callback] = []
     if data.info.task == "translation" and hasattr(data.dataset, "val_text"):
         # First: its BLEU is in the epoch's logs for the logger and the checkpointer.
         bleu = BleuEvaluation(
             data.dataset,
             run_dir,
-            int(cfg.train.epochs_between_evals),
-            int(cfg.train.bleu_max_sentences),
-            int(cfg.train.bleu_beam_size),
+            train.epochs_between_evals,
+            train.bleu_max_sentences,
+            train.bleu_beam_size,
             data.info.input_shape[0],
         )
         chosen.append(bleu)
     chosen += [cb.EpochMetricsLogger(log_epoch), cb.PrecisionRecord(run_dir / PRECISION)]
-    ckpt = cfg.checkpoint
+    ckpt = plan.settings.checkpoint
     if ckpt.every_epochs > 0 or ckpt.monitor:
         chosen.append(
             cb.Checkpointer(
                 run_dir,
-                int(ckpt.every_epochs),
-                int(ckpt.keep),
-                checkpoint_meta(cfg, plan),
-                min_interval_s=float(ckpt.min_interval_s),
+                ckpt.every_epochs,
+                ckpt.keep,
+                checkpoint_meta(plan),
+                min_interval_s=ckpt.min_interval_s,
                 monitor=ckpt.monitor,
-                mode=str(ckpt.mode),
+                mode=ckpt.mode.value,
                 save_model=save_model,
             )
         )
-    if cfg.train.tensorboard:
+    if train.tensorboard:
         chosen.append(
             keras.callbacks.TensorBoard(
-                log_dir=str(run_dir / TENSORBOARD), profile_batch=cfg.train.profile_batches or 0
+                log_dir=str(run_dir / TENSORBOARD), profile_batch=train.profile_batches or 0
             )
         )
-    if cfg.train.progress_interval_s > 0:
+    if train.progress_interval_s > 0:
         live = os.environ.get(ENV_LIVE_PROGRESS) == "1"  # a terminal shows it
-        interval = float(cfg.train.progress_interval_s)
-        chosen.append(cb.EpochProgress(interval, plan, agreement, live))
+        chosen.append(cb.EpochProgress(train.progress_interval_s, plan, agreement, live))
     return chosen

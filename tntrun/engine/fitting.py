@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tntrun.config.schema import OnNonFinite
 from tntrun.engine import callbacks as cb
 from tntrun.engine import nonfinite
 from tntrun.engine.callback_set import RankCallbacks
@@ -19,7 +20,6 @@ Stream = Callable[[int], Any]  # the training stream from an epoch
 
 
 def fit_with_rollbacks(
-    cfg: Any,
     plan: Plan,
     run_dir: Path,
     net: RankModel,
@@ -31,7 +31,8 @@ def fit_with_rollbacks(
     after a non-finite loss, fail (train.on_nonfinite=fail) or roll back to the last good
     state with a lower LR, up to train.max_rollbacks times."""
     model, optimizer, metrics_log = net.model, net.optimizer, hooks.metrics_log
-    rollback = str(cfg.train.on_nonfinite) == "rollback"
+    train = plan.settings.train
+    rollback = train.on_nonfinite is OnNonFinite.rollback
     snapshot = Snapshot(model, optimizer) if rollback else None  # the state before step 1
     epoch, batch, rollbacks = plan.initial_epoch, plan.initial_batch, 0
     while True:
@@ -39,14 +40,14 @@ def fit_with_rollbacks(
             return fit_from(model, plan, epoch, batch, train_ds, stream, hooks)
         except NonFiniteLoss as event:
             # Bad data are not rolled back: the same batch would come again.
-            if event.data or not rollback or rollbacks >= int(cfg.train.max_rollbacks):
+            if event.data or not rollback or rollbacks >= train.max_rollbacks:
                 if metrics_log is not None:
                     nonfinite.record(run_dir, event, "fail", rollbacks=rollbacks)
                 raise
             rollbacks += 1
             epoch, batch, restored = nonfinite.roll_back(model, optimizer, plan, run_dir, snapshot)
             _, schedule = learning_rate_of(optimizer)  # the PlannedSchedule
-            schedule.scale.assign(schedule.scale * float(cfg.train.rollback_lr_factor))
+            schedule.scale.assign(schedule.scale * train.rollback_lr_factor)
             lr_scale = float(schedule.scale.numpy())
             if metrics_log is not None:
                 nonfinite.record(
@@ -59,7 +60,7 @@ def fit_with_rollbacks(
                 )
                 metrics_log.log({"rollbacks": rollbacks}, step=event.step)
                 print(
-                    f"{event}: rollback {rollbacks}/{cfg.train.max_rollbacks} to {restored} "
+                    f"{event}: rollback {rollbacks}/{train.max_rollbacks} to {restored} "
                     f"(epoch {epoch}), LR x{lr_scale:g}",
                     flush=True,
                 )

@@ -3,12 +3,14 @@ its step agreement, restored from the plan's checkpoint and made the same on eve
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import horovod.tensorflow as hvd
 
+from tntrun.config.schema import Compression
 from tntrun.config.zoo import build_model
 from tntrun.contract.checkpoints import STATE_PREFIX
 from tntrun.datasets.base import DatasetInfo
@@ -20,7 +22,10 @@ from tntrun.engine.step_agreement import StepAgreement
 from tntrun.engine.tasks import compile_spec
 from tntrun.planning.plan import Plan
 
-COMPRESSION = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16}
+COMPRESSION = {
+    Compression.none: hvd.Compression.none,
+    Compression.fp16: hvd.Compression.fp16,
+}
 
 
 @dataclass(frozen=True)
@@ -30,15 +35,16 @@ class RankModel:
     agreement: StepAgreement  # the step's averaged loss and stop flags, for the guards
 
 
-def build_model_and_optimizer(cfg: Any, plan: Plan, info: DatasetInfo) -> RankModel:
+def build_model_and_optimizer(plan: Plan, info: DatasetInfo) -> RankModel:
     """The compiled model, its state that of the plan's checkpoint (if any) on every rank."""
     precision.set_precision(plan.precision)  # before the model is built
-    model = build_keras3_model(cfg, info)
+    settings = plan.settings
+    model = build_keras3_model(settings.model, info)
     optimizer = dp.data_parallel(
         precision.with_loss_scaling(
-            build_optimizer(cfg.optimizer, PlannedSchedule(plan.schedule)), plan.precision
+            build_optimizer(settings.optimizer, PlannedSchedule(plan.schedule)), plan.precision
         ),
-        compression=COMPRESSION[str(cfg.horovod.compression)],
+        compression=COMPRESSION[settings.horovod.compression],
         backward_passes_per_step=plan.backward_passes_per_step,
     )
     agreement = dp.agree_after_each_step(optimizer)  # for the non-finite and preemption guards
@@ -46,7 +52,7 @@ def build_model_and_optimizer(cfg: Any, plan: Plan, info: DatasetInfo) -> RankMo
     model.compile(
         optimizer=optimizer,
         jit_compile=False,
-        **compile_spec(info.task, float(cfg.train.label_smoothing)),
+        **compile_spec(info.task, settings.train.label_smoothing),
     )
     if plan.jit_compile:
         precision.compile_gradients_with_xla(model)
@@ -58,15 +64,16 @@ class UserModelError(ValueError):
     """The user's model cannot train here (e.g. built with tf_keras): a config error."""
 
 
-def build_keras3_model(cfg: Any, info) -> Any:
-    """The configured model with float32 outputs (:func:`precision.float32_outputs`),
-    refused with one line when it is not a Keras 3 model or cannot get them."""
-    model = build_model(cfg.model, info)
+def build_keras3_model(section: Mapping[str, Any], info) -> Any:
+    """The model ``section`` configures, with float32 outputs
+    (:func:`precision.float32_outputs`), refused with one line when it is not a Keras 3 model
+    or cannot get them."""
+    model = build_model(section, info)
     try:
         dp.require_keras3(model, "model")
         return precision.float32_outputs(model, info.input_shape)
     except (dp.LegacyKeras, precision.OwnTrainStep) as refused:
-        raise UserModelError(f"model._target_={cfg.model._target_}: {refused}") from None
+        raise UserModelError(f"model._target_={section['_target_']}: {refused}") from None
 
 
 def restore_and_broadcast(model, optimizer, plan: Plan) -> None:

@@ -23,12 +23,15 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
 from tntrun.contract.node_metrics import NETWORK_TOTALS, Sample, SampleWriter, last_sample
 from tntrun.ranks import get_local_rank
+
+if TYPE_CHECKING:
+    from tntrun.config.schema import TrackingConfig
 
 FIRST_SAMPLE_S = 1.0  # the first sample's CPU figure spans this much of the rank's start-up
 MEGABYTE = 1e6  # MLflow's monitors count megabytes of 10**6 bytes
@@ -171,14 +174,14 @@ class NodeSampler:
 
 
 @contextmanager
-def sampling_this_node(tracking: Any, run_dir: Path) -> Iterator[NodeSampler | None]:
+def sampling_this_node(tracking: TrackingConfig, run_dir: Path) -> Iterator[NodeSampler | None]:
     """On the rank with local rank 0 and with ``tracking.system_metrics``: this host's
     sampler while the block runs (None elsewhere)."""
-    if not bool(tracking.system_metrics) or get_local_rank() != 0:
+    if not tracking.system_metrics or get_local_rank() != 0:
         yield None
         return
     try:
-        sampler = NodeSampler(run_dir, this_host(), float(tracking.system_metrics_interval_s))
+        sampler = NodeSampler(run_dir, this_host(), tracking.system_metrics_interval_s)
     except OSError as err:  # no system metrics never fails a rank
         print(f"tntrun: warning: no system metrics of this host: {err}", file=sys.stderr)
         yield None

@@ -27,31 +27,32 @@ class RankData:
     val_samples: int
 
 
-def build_data(cfg: Any, plan: Plan, rank: int, size: int) -> RankData:
-    dataset = build_dataset(cfg.dataset)
+def build_data(plan: Plan, rank: int, size: int) -> RankData:
+    dataset = build_dataset(plan.settings.dataset)
     info = dataset.info()
-    train, val, val_samples = input_pipelines(cfg, plan, dataset, info, rank, size)
+    train, val, val_samples = input_pipelines(plan, dataset, info, rank, size)
     return RankData(dataset, info, rank, size, train, val, val_samples)
 
 
-def stream_from(cfg: Any, plan: Plan, data: RankData, first_epoch: int | None = None) -> Any:
+def stream_from(plan: Plan, data: RankData, first_epoch: int | None = None) -> Any:
     """The training stream from ``first_epoch`` (default: the plan's)."""
-    return input_pipelines(cfg, plan, data.dataset, data.info, data.rank, data.size, first_epoch)[0]
+    return input_pipelines(plan, data.dataset, data.info, data.rank, data.size, first_epoch)[0]
 
 
 def input_pipelines(
-    cfg: Any, plan: Plan, dataset: Any, info, rank: int, size: int, first_epoch: int | None = None
+    plan: Plan, dataset: Any, info, rank: int, size: int, first_epoch: int | None = None
 ):
     """(train stream from ``first_epoch`` (default: the plan's), this rank's validation
     batches, its validation sample count)."""
-    if not distributes_automatically(cfg.dataset):
+    settings = plan.settings
+    if not distributes_automatically(settings.dataset):
         # Manual mode: the dataset shards and micro-batches itself for this rank.
         train, val = dataset.load_for_rank(
             rank=rank,
             size=size,
             micro_batch=plan.micro_batch_size,
             val_micro_batch=plan.val_micro_batch_size,
-            seed=int(cfg.seed),
+            seed=settings.seed,
         )
         samples, batches = val.reduce(
             (0, 0), lambda seen, batch: (seen[0] + tf.shape(batch[0])[0], seen[1] + 1)
@@ -68,10 +69,10 @@ def input_pipelines(
         steps_per_epoch=plan.steps_per_epoch,
         rank=rank,
         size=size,
-        seed=int(cfg.seed),
+        seed=settings.seed,
         first_epoch=plan.initial_epoch if first_epoch is None else first_epoch,
         epochs=plan.epochs,
-        drop_remainder=bool(cfg.train.drop_remainder),
+        drop_remainder=settings.train.drop_remainder,
     )
     val = distribute_eval(val_data, micro_batch=plan.val_micro_batch_size, rank=rank, size=size)
     return train, val, shard_size(info.num_val, rank, size)

@@ -182,7 +182,7 @@ def distributed_step_seconds(
 
 
 def local_step_seconds(
-    model, cfg: Any, plan: Plan, task: str, batches: tf.data.Dataset, steps: int
+    model, plan: Plan, task: str, batches: tf.data.Dataset, steps: int
 ) -> list[float]:
     """Every rank's step times of the same training step with a local (non-Horovod) optimizer.
 
@@ -192,8 +192,8 @@ def local_step_seconds(
     Recompiles ``model``: call only once its trained weights are saved.
     """
     model.compile(
-        optimizer=build_optimizer(cfg.optimizer, plan.scaled_lr),
-        **compile_spec(task, float(cfg.train.label_smoothing)),
+        optimizer=build_optimizer(plan.settings.optimizer, plan.scaled_lr),
+        **compile_spec(task, plan.settings.train.label_smoothing),
     )
     local = _timed_fit(model, batches, steps).cycles()  # as the run's steps are timed
     every_rank = hvd.allgather(tf.constant(local, tf.float64), name="scaling_probe.compute")
@@ -209,10 +209,10 @@ def gradient_size(model, compression: str) -> tuple[int, int]:
 
 
 def profile_run(
-    model, cfg: Any, plan: Plan, task: str, batches: tf.data.Dataset, measured_step_s: float
+    model, plan: Plan, task: str, batches: tf.data.Dataset, measured_step_s: float
 ) -> scaling_model.ScalingProfile:
     """Measure the scaling model's inputs on every rank (collective: all ranks call it)."""
-    compression = str(cfg.horovod.compression)
+    compression = plan.settings.horovod.compression.value
     gradient_bytes, tensors = gradient_size(model, compression)
     sizes = probe_sizes(gradient_bytes)
     seconds = allreduce_seconds(sizes)
@@ -220,7 +220,7 @@ def profile_run(
     gradient_set_s = gradient_set_seconds(model, compression)
     steps = timed_steps(measured_step_s)
     distributed_s = distributed_step_seconds(model, batches, steps, plan.backward_passes_per_step)
-    compute = local_step_seconds(model, cfg, plan, task, batches, steps)
+    compute = local_step_seconds(model, plan, task, batches, steps)
     profile = scaling_model.ScalingProfile(
         compute_s=float(np.mean(compute)),
         compute_samples_s=tuple(compute),

@@ -29,9 +29,7 @@ from tntrun.planning.plan import Plan
 __all__ = ["UserModelError", "train"]
 
 
-def train(
-    cfg: Any, plan: Plan, run_dir: Path, requests: StopRequests | None = None
-) -> dict[str, float]:
+def train(plan: Plan, run_dir: Path, requests: StopRequests | None = None) -> dict[str, float]:
     """Train as one rank of ``plan``; return the final averaged metrics (same on all ranks).
 
     Raises :class:`Preempted` on every rank, after the checkpoint of the step they agreed
@@ -40,35 +38,32 @@ def train(
     rank, size = hvd.rank(), hvd.size()
     if size != plan.world_size:
         raise RuntimeError(f"launched {size} ranks but the plan expects {plan.world_size}")
-    data = build_data(cfg, plan, rank, size)
-    net = build_model_and_optimizer(cfg, plan, data.info)
+    data = build_data(plan, rank, size)
+    net = build_model_and_optimizer(plan, data.info)
 
     def save_model(path: Path) -> Any:
-        return save_clean_model(net.model, cfg, data.info, path)
+        return save_clean_model(net.model, plan.settings.model, data.info, path)
 
-    hooks = build_callbacks(cfg, plan, run_dir, data, net.agreement, save_model, requests)
-    history = fit(cfg, plan, run_dir, data, net, hooks)
-    return finish(cfg, plan, run_dir, data, net, hooks, history)
+    hooks = build_callbacks(plan, run_dir, data, net.agreement, save_model, requests)
+    history = fit(plan, run_dir, data, net, hooks)
+    return finish(plan, run_dir, data, net, hooks, history)
 
 
-def fit(
-    cfg: Any, plan: Plan, run_dir: Path, data: RankData, net: RankModel, hooks: RankCallbacks
-) -> Any:
+def fit(plan: Plan, run_dir: Path, data: RankData, net: RankModel, hooks: RankCallbacks) -> Any:
     """The plan's epochs; a preemption is checkpointed at the step the ranks agreed on."""
 
     def stream(first_epoch: int) -> Any:
-        return stream_from(cfg, plan, data, first_epoch)
+        return stream_from(plan, data, first_epoch)
 
     try:
-        return fit_with_rollbacks(cfg, plan, run_dir, net, hooks, data.train, stream)
+        return fit_with_rollbacks(plan, run_dir, net, hooks, data.train, stream)
     except Preempted as stop:
-        meta = replace(checkpoint_meta(cfg, plan)(stop.epoch, stop.step), batch=stop.batch)
-        checkpoint_and_record(net.model, stop, meta, run_dir, int(cfg.checkpoint.keep))
+        meta = replace(checkpoint_meta(plan)(stop.epoch, stop.step), batch=stop.batch)
+        checkpoint_and_record(net.model, stop, meta, run_dir, plan.settings.checkpoint.keep)
         raise
 
 
 def finish(
-    cfg: Any,
     plan: Plan,
     run_dir: Path,
     data: RankData,
@@ -90,11 +85,11 @@ def finish(
             **precision.loss_scale_metrics(net.optimizer),
         }
         metrics_log.log(summary, step=plan.epochs - 1)
-        save_final(net.model, cfg, data.info, run_dir, data.val)
-    if cfg.predict_scaling:  # last: it recompiles the model, whose weights are saved by now
-        batches = stream_from(cfg, plan, data)
+        save_final(net.model, plan, data.info, run_dir, data.val)
+    if plan.settings.predict_scaling:  # last: it recompiles the model (its weights are saved)
+        batches = stream_from(plan, data)
         task = data.info.task
-        predict_scaling(net.model, cfg, plan, task, throughput, run_dir, metrics_log, batches)
+        predict_scaling(net.model, plan, task, throughput, run_dir, metrics_log, batches)
     if metrics_log is not None:
         metrics_log.close()
     return final

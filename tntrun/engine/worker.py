@@ -1,8 +1,8 @@
 """Rank-side entry point: ``python -m tntrun.engine.worker <run_dir>`` (started by the launcher).
 
-Reads the resolved config and the plan the driver wrote into the run directory
-(its only inputs), takes its place from the variables of the cluster environment
-its launcher names (srun's tasks: Slurm's), then trains.
+Reads the plan the driver wrote into the run directory (its only input besides the
+user's code: the plan carries the typed settings), takes its place from the variables of
+the cluster environment its launcher names (srun's tasks: Slurm's), then trains.
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ from tntrun.contract import run_files
 from tntrun.contract.exit_codes import EXIT_CONFIG_ERROR, EXIT_NONFINITE
 
 if TYPE_CHECKING:
-    from omegaconf import DictConfig
-
     from tntrun.contract.stop_requests import StopRequests
     from tntrun.planning.plan import Plan
 
@@ -64,21 +62,18 @@ def main(argv: list[str]) -> int:
     from tntrun.contract.driver_alive import watch_driver
 
     watch_driver(run_dir)  # ends this rank within seconds of its driver (even a SIGKILLed one)
-    from omegaconf import OmegaConf
-
     from tntrun.contract.stop_requests import StopRequests
+    from tntrun.planning.plan import Plan
 
-    cfg = OmegaConf.load(run_dir / run_files.CONFIG)
+    plan = Plan.load(run_dir / run_files.PLAN)  # all this rank is asked to do
     # Preemption requests (signals, the driver's file) are noted from before TF's import on.
-    requests = StopRequests(list(cfg.train.preempt_signals), run_dir)
+    requests = StopRequests(plan.settings.train.preempt_signals, run_dir)
 
     from tntrun.config.user_code import add_user_path
     from tntrun.environments import environment_named
-    from tntrun.planning.plan import Plan
 
     # User modules (model._target_=mymodels.build) import from the driver's working directory.
     add_user_path(os.environ.get(run_files.ENV_USER_PATH))
-    plan = Plan.load(run_dir / run_files.PLAN)
     placed_by = os.environ.get(run_files.ENV_RANK_ENVIRONMENT)
     if placed_by:  # Horovod reads its HOROVOD_* variables: map the environment's to them
         os.environ.update(environment_named(placed_by, os.environ).rank_environment(plan.hosts))
@@ -86,18 +81,20 @@ def main(argv: list[str]) -> int:
         pin_to_socket(plan, argv)
     from tntrun.engine.node_sampler import sampling_this_node
 
-    with sampling_this_node(cfg.tracking, run_dir):  # local rank 0: this host's system metrics
-        return train_here(cfg, plan, run_dir, requests)
+    tracking = plan.settings.tracking
+    with sampling_this_node(tracking, run_dir):  # local rank 0: this host's system metrics
+        return train_here(plan, run_dir, requests)
 
 
-def train_here(cfg: DictConfig, plan: Plan, run_dir: Path, requests: StopRequests) -> int:
+def train_here(plan: Plan, run_dir: Path, requests: StopRequests) -> int:
     """Start TensorFlow and Horovod, train this rank; its exit code."""
     import_keras()
     from tntrun.engine import runtime
 
     try:
+        settings = plan.settings
         runtime.init(
-            plan.threads_per_rank, int(cfg.seed), bool(cfg.deterministic), plan.gpus_per_node
+            plan.threads_per_rank, settings.seed, settings.deterministic, plan.gpus_per_node
         )
     except runtime.MissingDevice as missing:
         print(f"tntrun: config error: {missing}", flush=True)
@@ -110,9 +107,9 @@ def train_here(cfg: DictConfig, plan: Plan, run_dir: Path, requests: StopRequest
 
     rank = runtime.hvd.rank()
     try:
-        final = train(cfg, plan, run_dir, requests)
+        final = train(plan, run_dir, requests)
     except NonFiniteLoss as stopped:  # every rank stops here at the same step
-        policy = f" (train.on_nonfinite={cfg.train.on_nonfinite})"
+        policy = f" (train.on_nonfinite={plan.settings.train.on_nonfinite.value})"
         print(f"rank {rank}: stopped: {stopped}{'' if stopped.data else policy}", flush=True)
         return EXIT_NONFINITE
     except UserModelError as refused:  # the same on every rank, before any step

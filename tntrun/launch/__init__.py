@@ -14,7 +14,6 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from tntrun.config.schema import HorovodConfig
 from tntrun.contract.run_files import RANK_KERAS
@@ -61,11 +60,11 @@ class Launcher:
         """The command that starts every rank, and the variables the ranks get (pure)."""
         raise NotImplementedError
 
-    def preflight(self, plan: Any, cfg: Any, run_dir: Path) -> None:
+    def preflight(self, plan: Plan, run_dir: Path) -> None:
         """Checks with side effects (ssh, servers) before any rank starts; raise PlanError."""
 
     @contextmanager
-    def running(self, plan: Any, cfg: Any) -> Iterator[dict[str, str]]:
+    def running(self, plan: Plan) -> Iterator[dict[str, str]]:
         """Context around the job; yields variables the ranks also get."""
         yield {}
 
@@ -95,7 +94,7 @@ def base_environment(spec: LaunchSpec) -> dict[str, str]:
     return env
 
 
-def with_launch_command(plan: Plan, cfg: Mapping[str, Any], facts: MachineFacts) -> Plan:
+def with_launch_command(plan: Plan, facts: MachineFacts) -> Plan:
     """``plan`` with the command and variables its launcher renders from it (recorded in
     plan.json); PlanError when the launcher cannot run it."""
     launcher = launcher_for(plan.launcher)
@@ -104,7 +103,7 @@ def with_launch_command(plan: Plan, cfg: Mapping[str, Any], facts: MachineFacts)
         world_size=plan.world_size,
         knobs=plan.horovod,
         worker=plan.worker,
-        start_timeout=int(cfg["horovod"]["start_timeout"]),
+        start_timeout=plan.settings.horovod.start_timeout,
         cpu_only=plan.gpus_per_node == 0,
         pin_to_socket=plan.pin_to_socket,
         cores_per_node=facts.cores_per_node,

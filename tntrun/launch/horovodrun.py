@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tntrun.launch import Launcher, LaunchSpec, base_environment
+
+if TYPE_CHECKING:
+    from tntrun.planning.plan import Plan
 
 # horovodrun's command line without its 5-12 s probe of the build (see that module).
 HOROVODRUN_COMMAND = "tntrun.launch.horovodrun_command"
@@ -39,19 +42,19 @@ class HorovodrunLauncher(Launcher):
         )
         return command, env
 
-    def preflight(self, plan: Any, cfg: Any, run_dir: Path) -> None:
+    def preflight(self, plan: Plan, run_dir: Path) -> None:
         """ssh into every remote host and compare versions before anything starts."""
         from tntrun.launch.remote_hosts import preflight_hosts
         from tntrun.planning.machine import versions
 
         found = versions()
-        hvd = cfg.horovod
+        hvd = plan.settings.horovod
         preflight_hosts(
             [host for host, _ in plan.hosts],
             sys.executable,  # the ranks' interpreter, at the same path on every host
             {name: found.get(f"version.{name}") for name in ("tntrun", "tensorflow", "horovod")},
             hvd.ssh_port,
             hvd.ssh_identity_file,
-            int(hvd.start_timeout),
+            hvd.start_timeout,
             run_dir,
         )

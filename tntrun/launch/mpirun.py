@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tntrun.contract import run_files
 from tntrun.environments.mpi import MpiTasks
@@ -29,6 +29,9 @@ from tntrun.launch.remote_hosts import is_local, local_addresses
 from tntrun.launch.remote_hosts import ssh_options as remote_ssh_options
 from tntrun.launch.rendezvous import RENDEZVOUS_VARIABLES, serving_rendezvous
 from tntrun.planning.knobs import HorovodKnob
+
+if TYPE_CHECKING:
+    from tntrun.planning.plan import Plan
 
 OPEN_MPI, MPICH = "Open MPI", "MPICH"
 SSH_KNOBS = ("ssh_port", "ssh_identity_file")  # mpirun's ssh to remote hosts
@@ -215,14 +218,14 @@ class MpirunLauncher(Launcher):
         command, launcher_env = mpich_command(spec, mpi, env)
         return command, {**env, **launcher_env}
 
-    def preflight(self, plan: Any, cfg: Any, run_dir: Path) -> None:
+    def preflight(self, plan: Plan, run_dir: Path) -> None:
         """ssh into every remote host and compare versions, as for horovodrun."""
         from tntrun.launch.horovodrun import HorovodrunLauncher
 
-        HorovodrunLauncher().preflight(plan, cfg, run_dir)
+        HorovodrunLauncher().preflight(plan, run_dir)
 
     @contextmanager
-    def running(self, plan: Any, cfg: Any) -> Iterator[dict[str, str]]:
+    def running(self, plan: Plan) -> Iterator[dict[str, str]]:
         """The Gloo rendezvous server the ranks meet at; yields their variables."""
-        with serving_rendezvous(plan, cfg) as variables:
+        with serving_rendezvous(plan) as variables:
             yield variables

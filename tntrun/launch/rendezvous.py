@@ -12,14 +12,17 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tntrun.planning.plan import Plan
 
 # The variables the ranks find the server by (known only once it listens).
 RENDEZVOUS_VARIABLES = ("HOROVOD_GLOO_RENDEZVOUS_ADDR", "HOROVOD_GLOO_RENDEZVOUS_PORT")
 
 
 @contextmanager
-def serving_rendezvous(plan: Any, cfg: Any) -> Iterator[dict[str, str]]:
+def serving_rendezvous(plan: Plan) -> Iterator[dict[str, str]]:
     """Run the Gloo rendezvous server for the plan's hosts; yield the ranks' variables."""
     hosts = ",".join(f"{host}:{slots}" for host, slots in plan.hosts)
     server = subprocess.Popen(
@@ -32,7 +35,7 @@ def serving_rendezvous(plan: Any, cfg: Any) -> Iterator[dict[str, str]]:
         line = server.stdout.readline().split()
         if len(line) != 2 or line[0] != "port":
             raise RuntimeError(f"the rendezvous server did not start (said {line!r})")
-        address = driver_address(cfg.horovod.network_interface)
+        address = driver_address(plan.settings.horovod.network_interface)
         yield dict(zip(RENDEZVOUS_VARIABLES, (address, line[1]), strict=True))
     finally:
         server.stdin.close()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tntrun.contract.run_files import ENV_RANK_ENVIRONMENT
 from tntrun.environments.slurm import (
@@ -22,6 +22,9 @@ from tntrun.environments.slurm import (
 )
 from tntrun.launch import Launcher, LaunchSpec, base_environment
 from tntrun.launch.rendezvous import serving_rendezvous
+
+if TYPE_CHECKING:
+    from tntrun.planning.plan import Plan
 
 
 class SrunLauncher(Launcher):
@@ -83,7 +86,7 @@ class SrunLauncher(Launcher):
         return command, env
 
     @contextmanager
-    def running(self, plan: Any, cfg: Any) -> Iterator[dict[str, str]]:
+    def running(self, plan: Plan) -> Iterator[dict[str, str]]:
         """The Gloo rendezvous server the ranks meet at; yields their variables."""
-        with serving_rendezvous(plan, cfg) as variables:
+        with serving_rendezvous(plan) as variables:
             yield variables

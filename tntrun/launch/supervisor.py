@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from tntrun.contract import run_files
 from tntrun.contract.checkpoints import latest_checkpoint, read_meta
@@ -84,19 +84,17 @@ class RankEvents(Protocol):
 class Supervisor:
     """The ranks of one launch (see the module doc)."""
 
-    def __init__(
-        self, plan: Plan, cfg: Any, run_dir: Path, replan: Callable[[ResumePoint], Plan]
-    ) -> None:
-        self.plan, self.cfg, self.run_dir = plan, cfg, run_dir
+    def __init__(self, plan: Plan, run_dir: Path, replan: Callable[[ResumePoint], Plan]) -> None:
+        self.plan, self.run_dir = plan, run_dir
         self.replan = replan  # the plan to continue from a checkpoint with (raises PlanError)
         self.launcher = launcher_for(plan.launcher)
         self.job: RankJob | None = None
         self.restarts = 0  # of the ranks after a failure in this launch (train.max_restarts)
-        train = cfg.train
+        train = plan.settings.train
         self.stopping = StopOnSignals(
             run_dir,
-            list(train.preempt_signals),
-            float(train.preempt_grace_s),
+            train.preempt_signals,
+            train.preempt_grace_s,
             ranks_running=lambda: self.job is not None,
             stop_ranks=self.stop_ranks,
         )
@@ -105,9 +103,9 @@ class Supervisor:
         """Pre-flight, start and follow the ranks (restarting them as allowed); how they ended."""
         status, stalled, refused = "FAILED", None, ()
         try:
-            with self.stopping.installed(), self.launcher.running(self.plan, self.cfg) as extra:
+            with self.stopping.installed(), self.launcher.running(self.plan) as extra:
                 try:
-                    self.launcher.preflight(self.plan, self.cfg, self.run_dir)  # before any rank
+                    self.launcher.preflight(self.plan, self.run_dir)  # before any rank
                 except PlanError as err:  # recorded on a FAILED run, reported as a config error
                     refused = tuple(err.problems)
                     events.refused(refused)
@@ -167,13 +165,13 @@ class Supervisor:
             StallWatch(
                 self.run_dir / run_files.HEARTBEATS,
                 self.plan.world_size,
-                float(self.cfg.train.stall_timeout_s),
+                self.plan.settings.train.stall_timeout_s,
             ),
         )
 
     def restart_after(self, outcome: LaunchResult, events: RankEvents) -> bool:
         """After a failed attempt, re-plan from the newest checkpoint (train.max_restarts)."""
-        limit = int(self.cfg.train.max_restarts)
+        limit = self.plan.settings.train.max_restarts
         if outcome.status != "FAILED" or self.restarts >= limit or self.stopping.received:
             return False
         checkpoint = latest_checkpoint(self.run_dir)

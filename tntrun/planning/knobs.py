@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tntrun.config.schema import HorovodConfig
 from tntrun.contract import run_files
 from tntrun.errors import PlanError
 
@@ -43,10 +44,20 @@ class HorovodKnob:
         )
 
 
-def horovod_knobs(hvd: Mapping[str, Any], run_dir: Path) -> tuple[HorovodKnob, ...]:
+def horovod_knobs(hvd: HorovodConfig, run_dir: Path) -> tuple[HorovodKnob, ...]:
     """Map ``horovod.*`` to horovodrun arguments, HOROVOD_* variables or in-rank settings."""
+    return (
+        *tuning_knobs(hvd),
+        *tracing_knobs(hvd, run_dir),
+        *network_knobs(hvd),
+        *in_rank_knobs(hvd),
+    )
+
+
+def tuning_knobs(hvd: HorovodConfig) -> list[HorovodKnob]:
+    """Tensor fusion and the background cycle (Horovod variables only)."""
     knobs: list[HorovodKnob] = []
-    fusion_kb = hvd["fusion_threshold_kb"]
+    fusion_kb = hvd.fusion_threshold_kb
     if fusion_kb is not None:
         if fusion_kb < 0:
             raise PlanError(
@@ -55,14 +66,20 @@ def horovod_knobs(hvd: Mapping[str, Any], run_dir: Path) -> tuple[HorovodKnob, .
             )
         env = (("HOROVOD_FUSION_THRESHOLD", str(fusion_kb * 1024)),)
         knobs.append(HorovodKnob("fusion_threshold_kb", fusion_kb, env=env))
-    cycle = hvd["cycle_time_ms"]
+    cycle = hvd.cycle_time_ms
     if cycle is not None:
         if cycle <= 0:
             raise PlanError(f"horovod.cycle_time_ms={cycle}: give a positive time in ms")
         knobs.append(
             HorovodKnob("cycle_time_ms", cycle, env=(("HOROVOD_CYCLE_TIME", f"{cycle:g}"),))
         )
-    if hvd["autotune"]:
+    return knobs
+
+
+def tracing_knobs(hvd: HorovodConfig, run_dir: Path) -> list[HorovodKnob]:
+    """Autotuning and the timeline, written into the run directory."""
+    knobs: list[HorovodKnob] = []
+    if hvd.autotune:
         log = str(run_dir / run_files.AUTOTUNE_LOG)
         knobs.append(
             HorovodKnob(
@@ -72,7 +89,7 @@ def horovod_knobs(hvd: Mapping[str, Any], run_dir: Path) -> tuple[HorovodKnob, .
                 args=("--autotune", "--autotune-log-file", log),
             )
         )
-    if hvd["timeline"]:
+    if hvd.timeline:
         timeline = str(run_dir / run_files.TIMELINE)
         knobs.append(
             HorovodKnob(
@@ -82,7 +99,13 @@ def horovod_knobs(hvd: Mapping[str, Any], run_dir: Path) -> tuple[HorovodKnob, .
                 args=("--timeline-filename", timeline),
             )
         )
-    if hvd["hierarchical_allreduce"]:
+    return knobs
+
+
+def network_knobs(hvd: HorovodConfig) -> list[HorovodKnob]:
+    """How the ranks talk (allreduce shape, NIC) and how horovodrun reaches the hosts."""
+    knobs: list[HorovodKnob] = []
+    if hvd.hierarchical_allreduce:
         knobs.append(
             HorovodKnob(
                 "hierarchical_allreduce",
@@ -91,8 +114,8 @@ def horovod_knobs(hvd: Mapping[str, Any], run_dir: Path) -> tuple[HorovodKnob, .
                 args=("--hierarchical-allreduce",),
             )
         )
-    if hvd["network_interface"] is not None:
-        nic = str(hvd["network_interface"])
+    if hvd.network_interface is not None:
+        nic = hvd.network_interface
         knobs.append(
             HorovodKnob(
                 "network_interface",
@@ -102,16 +125,21 @@ def horovod_knobs(hvd: Mapping[str, Any], run_dir: Path) -> tuple[HorovodKnob, .
             )
         )
     for key, flag in (("ssh_port", "-p"), ("ssh_identity_file", "-i")):
-        if hvd[key] is not None:
-            knobs.append(
-                HorovodKnob(key, hvd[key], args=(flag, str(hvd[key])), launcher_only="horovodrun")
-            )
-    compression = str(hvd["compression"])
-    knobs.append(HorovodKnob("compression", compression, in_rank=True))
-    passes = int(hvd["backward_passes_per_step"])
+        value = getattr(hvd, key)
+        if value is not None:
+            args = (flag, str(value))
+            knobs.append(HorovodKnob(key, value, args=args, launcher_only="horovodrun"))
+    return knobs
+
+
+def in_rank_knobs(hvd: HorovodConfig) -> list[HorovodKnob]:
+    """What the ranks' data-parallel optimizer applies itself."""
+    passes = hvd.backward_passes_per_step
     if passes < 1:
         raise PlanError(
             f"horovod.backward_passes_per_step={passes}: use 1 (no accumulation) or more"
         )
-    knobs.append(HorovodKnob("backward_passes_per_step", passes, in_rank=True))
-    return tuple(knobs)
+    return [
+        HorovodKnob("compression", hvd.compression.value, in_rank=True),
+        HorovodKnob("backward_passes_per_step", passes, in_rank=True),
+    ]

@@ -41,14 +41,13 @@ def ranks_per_node(gpus: int, cpu_ranks: int) -> int:
 
 
 def resolve_hosts(
-    cfg: Mapping[str, Any], per_node: int, allocation: Allocation | None
+    nodes: int, requested: Mapping[str, Any], per_node: int, allocation: Allocation | None
 ) -> tuple[tuple[str, int], ...]:
-    """(host, slots) per node from ``hosts``, ``hostfile``, the environment's allocation
-    (a fact read before planning) or localhost."""
-    nodes = int(cfg["nodes"])
+    """(host, slots) per node from ``hosts``/``hostfile`` (``requested``), the environment's
+    allocation (a fact read before planning) or localhost."""
     if nodes < 1:
         raise LayoutError(f"nodes={nodes}: nodes x ranks per node must be at least 1; set nodes=1")
-    given = StaticHosts({}, cfg).allocation() or allocation
+    given = StaticHosts({}, requested).allocation() or allocation
     if given is None or not given.hosts:
         if nodes == 1:
             return ((LOCALHOST, per_node),)

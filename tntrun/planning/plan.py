@@ -11,13 +11,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from tntrun.config.schema import ScheduleConfig, ScheduleName
+from tntrun.config.settings import Settings, plain_settings, recorded_settings, settings_of
 from tntrun.config.values import value_problems
 from tntrun.config.zoo import distributes_automatically
+from tntrun.contract import run_files
 from tntrun.datasets.base import DatasetInfo
 from tntrun.errors import PlanError
 from tntrun.planning.knobs import HorovodKnob, horovod_knobs
@@ -70,6 +73,10 @@ class Plan:
     fusion_threshold_bytes: int | None
     horovod: tuple[HorovodKnob, ...]
     launcher: str
+    # The typed settings the plan was derived from: all a rank reads besides the plan's own
+    # numbers (its policies: restarts, checkpoints, preemption, tracking, evaluation).
+    settings: Settings
+    config_hash: str  # the training problem's (checkpoints, resume=auto): see config_hash()
     resume_from: str | None = None
     initial_epoch: int = 0
     initial_step: int = 0
@@ -82,11 +89,17 @@ class Plan:
     launch_env: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), indent=2)
+        raw = dataclasses.asdict(replace(self, settings=None))
+        raw["settings"] = plain_settings(self.settings)  # its enums by value
+        return json.dumps(raw, indent=2)
 
     @classmethod
-    def from_json(cls, text: str) -> Plan:
+    def from_json(cls, text: str, config_file: Path | None = None) -> Plan:
+        """The plan ``to_json`` wrote; one written before plans carried their settings takes
+        them from its run directory's ``config_file``."""
         raw = json.loads(text)
+        if config_file is not None:
+            raw["settings"], raw["config_hash"] = recorded_settings(config_file)
         raw["hosts"] = tuple(tuple(h) for h in raw["hosts"])
         raw["placements"] = tuple(RankPlacement(**p) for p in raw["placements"])
         raw["schedule"] = ScheduleParams(
@@ -96,6 +109,8 @@ class Plan:
         raw["worker"] = tuple(raw.get("worker", ()))
         raw["launch_command"] = tuple(raw["launch_command"])
         raw["launch_env"] = tuple(tuple(kv) for kv in raw["launch_env"])
+        if config_file is None:
+            raw["settings"] = settings_of(raw["settings"])
         return cls(**raw)
 
     def save(self, path: Path) -> None:
@@ -103,7 +118,10 @@ class Plan:
 
     @classmethod
     def load(cls, path: Path) -> Plan:
-        return cls.from_json(path.read_text())
+        text = path.read_text()
+        if '"settings"' not in text:  # written before plans carried their settings
+            return cls.from_json(text, path.parent / run_files.CONFIG)
+        return cls.from_json(text)
 
     @property
     def stops_early(self) -> bool:
@@ -171,10 +189,10 @@ def scale_learning_rate(base_lr: float, global_batch: int, base_batch: int, scal
     raise PlanError(f"schedule.scaling={scaling!r}: choose one of {', '.join(LR_SCALINGS)}")
 
 
-def batch_sizes(cfg: Mapping[str, Any], world: int, sequence_length: int) -> tuple[int, int]:
+def batch_sizes(settings: Settings, world: int, sequence_length: int) -> tuple[int, int]:
     """(global, micro) batch from ``global_batch_size``, ``micro_batch_size``, ``batch_tokens``."""
-    global_batch, micro = cfg["global_batch_size"], cfg["micro_batch_size"]
-    tokens = cfg["batch_tokens"]
+    global_batch, micro = settings.global_batch_size, settings.micro_batch_size
+    tokens = settings.batch_tokens
     if tokens is not None:
         sentences = tokens // sequence_length
         if global_batch is not None and global_batch != sentences:
@@ -192,6 +210,11 @@ def batch_sizes(cfg: Mapping[str, Any], world: int, sequence_length: int) -> tup
                 f"{world} ranks ({micro} x {world} = {micro * world}): give only one of them"
             )
         return micro * world, micro
+    return global_batch_per_rank(global_batch, world)
+
+
+def global_batch_per_rank(global_batch: int | None, world: int) -> tuple[int, int]:
+    """(global, micro) batch from a global batch the world size must divide."""
     if global_batch is None:
         raise PlanError("global_batch_size is not set: give global_batch_size or micro_batch_size")
     if global_batch < world:
@@ -208,11 +231,11 @@ def batch_sizes(cfg: Mapping[str, Any], world: int, sequence_length: int) -> tup
     return global_batch, global_batch // world
 
 
-def schedule_length(sched: Mapping[str, Any], train_epochs: int) -> tuple[int, str]:
+def schedule_length(sched: ScheduleConfig, train_epochs: int) -> tuple[int, str]:
     """The schedule's length in epochs and the key that sets it, for messages."""
-    if sched["epochs"] is None:
+    if sched.epochs is None:
         return train_epochs, f"train.epochs={train_epochs}"
-    epochs = int(sched["epochs"])
+    epochs = sched.epochs
     if epochs < 1:
         raise PlanError(f"schedule.epochs={epochs}: use 1 or more, or null to follow train.epochs")
     if train_epochs > epochs:
@@ -225,7 +248,7 @@ def schedule_length(sched: Mapping[str, Any], train_epochs: int) -> tuple[int, s
 
 
 def schedule_params(
-    sched: Mapping[str, Any],
+    sched: ScheduleConfig,
     *,
     peak_lr: float,
     world: int,
@@ -239,56 +262,69 @@ def schedule_params(
     named by ``length_key`` in messages.
     """
     optimizer_steps = round(updates_per_epoch * epochs)
-    name = str(sched["name"])
-    warmup_epochs = float(sched["warmup_epochs"])
-    if name == "constant":
-        if warmup_epochs or sched["warmup_steps"]:
+    name = sched.name.value
+    if sched.name is ScheduleName.constant:
+        if sched.warmup_epochs or sched.warmup_steps:
             raise PlanError(
                 "schedule.warmup_epochs has no effect with schedule.name=constant: "
                 "use schedule=warmup_piecewise or schedule=warmup_cosine"
             )
         return ScheduleParams(name=name, peak_lr=peak_lr, total_steps=optimizer_steps)
-    explicit = sched["warmup_steps"]
-    warmup = int(explicit) if explicit is not None else round(warmup_epochs * updates_per_epoch)
+    warmup = warmup_steps(sched, updates_per_epoch, optimizer_steps, length_key)
+    boundaries = decay_boundaries(sched, epochs, length_key)
+    start = sched.warmup_start_lr
+    return ScheduleParams(
+        name=name,
+        peak_lr=peak_lr,
+        total_steps=optimizer_steps,
+        warmup_steps=warmup,
+        warmup_start_lr=peak_lr / world if start is None else start,
+        boundaries=tuple(round(e * updates_per_epoch) for e in boundaries),
+        decay_rate=sched.decay_rate,
+        final_lr=peak_lr * sched.final_lr_fraction,
+        d_model=sched.d_model,
+    )
+
+
+def warmup_steps(
+    sched: ScheduleConfig, updates_per_epoch: float, optimizer_steps: int, length_key: str
+) -> int:
+    """The warmup in steps (``warmup_steps``, else ``warmup_epochs``), inside the schedule."""
+    explicit = sched.warmup_steps
+    warmup = explicit if explicit is not None else round(sched.warmup_epochs * updates_per_epoch)
     # inverse_sqrt has no end (it decays as 1/sqrt(step) forever), so no length can end inside
     # its warmup; a run shorter than the warmup is noted by Plan.notes(), not refused.
-    if name != "inverse_sqrt" and warmup > optimizer_steps:
+    if sched.name is not ScheduleName.inverse_sqrt and warmup > optimizer_steps:
         given = (
             f"warmup_steps={explicit}"
             if explicit is not None
-            else (f"warmup_epochs={warmup_epochs:g}")
+            else f"warmup_epochs={sched.warmup_epochs:g}"
         )
         raise PlanError(
             f"schedule.{given} ({warmup} steps) is longer than the schedule ({optimizer_steps} "
             f"steps, {length_key}), which would end inside its warmup: shorten the warmup or "
             f"raise {length_key.split('=')[0]}"
         )
-    boundaries_epochs = list(sched["boundaries_epochs"])
-    if name != "warmup_piecewise":
-        boundaries_epochs = []
-    for epoch in boundaries_epochs:
+    return warmup
+
+
+def decay_boundaries(sched: ScheduleConfig, epochs: int, length_key: str) -> list[float]:
+    """The piecewise schedule's decay epochs (none for the other schedules), checked."""
+    if sched.name is not ScheduleName.warmup_piecewise:
+        return []
+    boundaries = list(sched.boundaries_epochs)
+    for epoch in boundaries:
         if epoch >= epochs:
             raise PlanError(
                 f"schedule.boundaries_epochs has {epoch:g}, beyond the last epoch "
                 f"({length_key}): drop it or raise {length_key.split('=')[0]} above {epoch:g}"
             )
-    if sorted(boundaries_epochs) != boundaries_epochs:
-        raise PlanError(f"schedule.boundaries_epochs={boundaries_epochs} must be increasing")
-    start = sched["warmup_start_lr"]
-    return ScheduleParams(
-        name=name,
-        peak_lr=peak_lr,
-        total_steps=optimizer_steps,
-        warmup_steps=warmup,
-        warmup_start_lr=peak_lr / world if start is None else float(start),
-        boundaries=tuple(round(e * updates_per_epoch) for e in boundaries_epochs),
-        decay_rate=float(sched["decay_rate"]),
-        final_lr=peak_lr * float(sched["final_lr_fraction"]),
-        d_model=int(sched["d_model"]),
-    )
+    if sorted(boundaries) != boundaries:
+        raise PlanError(f"schedule.boundaries_epochs={boundaries} must be increasing")
+    return boundaries
 
 
-def predict_scaling_problems(cfg: Mapping[str, Any], world: int | None, epochs: int) -> list[str]:
+def predict_scaling_problems(world: int | None, epochs: int) -> list[str]:
     """What keeps ``predict_scaling=true`` from measuring its inputs in this run."""
     problems = []
     if world is not None and world < 2:
@@ -313,65 +349,85 @@ def _collect(problems: list[str], build: Callable[[], Any]) -> Any:
         return None
 
 
-def resumed_at(
-    cfg: Mapping[str, Any], resume: ResumePoint | None, world: int, global_batch: int, steps: int
-) -> tuple[int, int, int]:
-    """(epoch, step, batch) the run starts at: the beginning, or where ``resume`` continues."""
-    if resume is None:
-        return 0, 0, 0
-    return resume_position(
-        resume,
-        world=world,
-        global_batch=global_batch,
-        updates_per_epoch=steps,
-        epochs=int(cfg["train"]["epochs"]),
-        samples_follow_steps=distributes_automatically(cfg["dataset"]),
-    )
+@dataclass(frozen=True)
+class Layout:
+    """The checked layout and batch: where the ranks run and what each steps on."""
+
+    ranks_per_node: int
+    hosts: tuple[tuple[str, int], ...]
+    world_size: int
+    global_batch_size: int
+    micro_batch_size: int
+    knobs: tuple[HorovodKnob, ...]
 
 
-def build_plan(
-    cfg: Mapping[str, Any],
-    data: DatasetInfo,
-    facts: MachineFacts,
-    run_dir: Path,
-    resume: ResumePoint | None = None,
-) -> Plan:
-    """Derive the plan from a resolved config (a plain nested mapping).
+def checked_layout(
+    settings: Settings, data: DatasetInfo, facts: MachineFacts, run_dir: Path
+) -> Layout:
+    """The layout, batch and knobs, with every problem of the settings found on the way.
 
-    Raises :class:`PlanError` listing every problem found, one line each.
+    Raises :class:`PlanError` listing them all, one line each.
     """
     problems: list[str] = []
-    gpus = int(cfg["gpus"])
-    per_node = _collect(problems, lambda: ranks_per_node(gpus, int(cfg["ranks_per_node"])))
-    hosts = per_node and _collect(problems, lambda: resolve_hosts(cfg, per_node, facts.allocation))
-    world = int(cfg["nodes"]) * per_node if hosts else None
-    batches = world and _collect(problems, lambda: batch_sizes(cfg, world, data.input_shape[0]))
-    knobs = _collect(problems, lambda: horovod_knobs(cfg["horovod"], run_dir))
-    epochs = int(cfg["train"]["epochs"])
+    per_node = _collect(problems, lambda: ranks_per_node(settings.gpus, settings.ranks_per_node))
+    requested = {"hosts": settings.hosts, "hostfile": settings.hostfile}
+    hosts = per_node and _collect(
+        problems, lambda: resolve_hosts(settings.nodes, requested, per_node, facts.allocation)
+    )
+    world = settings.nodes * per_node if hosts else None
+    batches = world and _collect(
+        problems, lambda: batch_sizes(settings, world, data.input_shape[0])
+    )
+    knobs = _collect(problems, lambda: horovod_knobs(settings.horovod, run_dir))
+    problems.extend(setting_problems(settings, facts, world))
+    if problems or not batches or not hosts or knobs is None:
+        raise PlanError(problems)
+    return Layout(per_node, hosts, world, *batches, knobs)
+
+
+def setting_problems(settings: Settings, facts: MachineFacts, world: int | None) -> list[str]:
+    """Values out of range, and settings this machine or layout cannot honour."""
+    problems = value_problems(settings)
+    epochs = settings.train.epochs
     if epochs < 1:
         problems.append(f"train.epochs={epochs}: train for at least 1 epoch")
-    pin = bool(cfg["pin_to_socket"])
-    if pin and facts.numactl is None:
+    if settings.pin_to_socket and facts.numactl is None:
         problems.append(
             "pin_to_socket=true needs numactl, which is not installed: "
             "install it (apt-get install numactl) or set pin_to_socket=false"
         )
-    problems.extend(value_problems(cfg))
-    if cfg["predict_scaling"]:
-        problems.extend(predict_scaling_problems(cfg, world, epochs))
-    threads = cfg["threads_per_rank"]
+    if settings.predict_scaling:
+        problems.extend(predict_scaling_problems(world, epochs))
+    threads = settings.threads_per_rank
     if threads is not None and threads < 1:
         problems.append(f"threads_per_rank={threads}: use 1 or more, or null for cores/ranks")
-    if problems or not batches or not hosts or knobs is None:
-        raise PlanError(problems)
+    return problems
 
-    global_batch, micro = batches
-    passes = next(k.value for k in knobs if k.key == "backward_passes_per_step")
-    drop = bool(cfg["train"]["drop_remainder"])
-    steps = data.num_train // global_batch if drop else math.ceil(data.num_train / global_batch)
+
+@dataclass(frozen=True)
+class Steps:
+    """An epoch's steps and the learning rate over them."""
+
+    per_epoch: int
+    backward_passes: int
+    effective_batch_size: int
+    scaled_lr: float
+    schedule_epochs: int
+    schedule: ScheduleParams
+
+
+def planned_steps(settings: Settings, data: DatasetInfo, layout: Layout) -> Steps:
+    """Steps per epoch from the samples and the global batch; the LR scaled to the batch and
+    the schedule in steps (training steps, as Keras's ``optimizer.iterations`` counts them,
+    also under gradient accumulation)."""
+    global_batch = layout.global_batch_size
+    passes = next(k.value for k in layout.knobs if k.key == "backward_passes_per_step")
+    samples = data.num_train
+    drop = settings.train.drop_remainder
+    steps = samples // global_batch if drop else math.ceil(samples / global_batch)
     if steps < 1:
         raise PlanError(
-            f"global_batch_size={global_batch} exceeds the {data.num_train} training samples: "
+            f"global_batch_size={global_batch} exceeds the {samples} training samples: "
             "lower global_batch_size"
         )
     if steps < passes:
@@ -379,60 +435,94 @@ def build_plan(
             f"horovod.backward_passes_per_step={passes} exceeds the {steps} steps of an epoch: "
             "lower it or the global batch"
         )
-    opt, sched = cfg["optimizer"], cfg["schedule"]
-    scaling = str(sched["scaling"])
-    base_lr, base_batch = float(opt["base_lr"]), int(opt["base_batch_size"])
+    opt, sched = settings.optimizer, settings.schedule
     effective = global_batch * passes
-    scaled = scale_learning_rate(base_lr, effective, base_batch, scaling)
-    # Schedules count training steps (micro-batch steps), as Keras's optimizer.iterations
-    # does, also under gradient accumulation.
-    schedule_epochs, length_key = schedule_length(sched, epochs)
+    scaled = scale_learning_rate(
+        opt["base_lr"], effective, opt["base_batch_size"], sched.scaling.value
+    )
+    schedule_epochs, length_key = schedule_length(sched, settings.train.epochs)
     schedule = schedule_params(
         sched,
         peak_lr=scaled,
-        world=world,
+        world=layout.world_size,
         updates_per_epoch=steps,
         epochs=schedule_epochs,
         length_key=length_key,
     )
+    return Steps(steps, passes, effective, scaled, schedule_epochs, schedule)
 
-    initial_epoch, initial_step, initial_batch = resumed_at(cfg, resume, world, global_batch, steps)
-    sockets = int(cfg["sockets_per_node"] or facts.sockets_per_node)
-    fusion = next((k.value * 1024 for k in knobs if k.key == "fusion_threshold_kb"), None)
+
+def starting_point(
+    settings: Settings, resume: ResumePoint | None, layout: Layout, steps: Steps
+) -> tuple[int, int, int]:
+    """(epoch, step, batch) the run starts at: the beginning, or where ``resume`` continues."""
+    if resume is None:
+        return 0, 0, 0
+    return resume_position(
+        resume,
+        world=layout.world_size,
+        global_batch=layout.global_batch_size,
+        updates_per_epoch=steps.per_epoch,
+        epochs=settings.train.epochs,
+        samples_follow_steps=distributes_automatically(settings.dataset),
+    )
+
+
+def build_plan(
+    settings: Settings,
+    config_hash: str,
+    data: DatasetInfo,
+    facts: MachineFacts,
+    run_dir: Path,
+    resume: ResumePoint | None = None,
+) -> Plan:
+    """Derive the plan from the typed settings (``config_hash``: the training problem's).
+
+    Raises :class:`PlanError` listing every problem found, one line each.
+    """
+    layout = checked_layout(settings, data, facts, run_dir)
+    steps = planned_steps(settings, data, layout)
+    epochs = settings.train.epochs
+    start = starting_point(settings, resume, layout, steps)
+    pin, per_node = settings.pin_to_socket, layout.ranks_per_node
+    sockets = settings.sockets_per_node or facts.sockets_per_node
+    fusion = next((k.value * 1024 for k in layout.knobs if k.key == "fusion_threshold_kb"), None)
     return Plan(
-        nodes=int(cfg["nodes"]),
+        nodes=settings.nodes,
         ranks_per_node=per_node,
-        world_size=world,
-        gpus_per_node=gpus,
-        hosts=hosts,
-        placements=place_ranks(hosts, gpus, sockets if pin else None),
+        world_size=layout.world_size,
+        gpus_per_node=settings.gpus,
+        hosts=layout.hosts,
+        placements=place_ranks(layout.hosts, settings.gpus, sockets if pin else None),
         pin_to_socket=pin,
-        threads_per_rank=int(threads or max(1, facts.cores_per_node // per_node)),
-        global_batch_size=global_batch,
-        micro_batch_size=micro,
-        val_micro_batch_size=int(cfg["val_micro_batch_size"] or micro),
-        backward_passes_per_step=passes,
-        effective_batch_size=effective,
+        threads_per_rank=settings.threads_per_rank or max(1, facts.cores_per_node // per_node),
+        global_batch_size=layout.global_batch_size,
+        micro_batch_size=layout.micro_batch_size,
+        val_micro_batch_size=settings.val_micro_batch_size or layout.micro_batch_size,
+        backward_passes_per_step=steps.backward_passes,
+        effective_batch_size=steps.effective_batch_size,
         num_train=data.num_train,
         num_val=data.num_val,
-        steps_per_epoch=steps,
+        steps_per_epoch=steps.per_epoch,
         epochs=epochs,
-        schedule_epochs=schedule_epochs,
-        total_steps=steps * epochs,
-        optimizer_steps=steps * epochs // passes,
-        base_lr=base_lr,
-        base_batch_size=base_batch,
-        lr_scaling=scaling,
-        scaled_lr=scaled,
-        schedule=schedule,
+        schedule_epochs=steps.schedule_epochs,
+        total_steps=steps.per_epoch * epochs,
+        optimizer_steps=steps.per_epoch * epochs // steps.backward_passes,
+        base_lr=settings.optimizer["base_lr"],
+        base_batch_size=settings.optimizer["base_batch_size"],
+        lr_scaling=settings.schedule.scaling.value,
+        scaled_lr=steps.scaled_lr,
+        schedule=steps.schedule,
         fusion_threshold_bytes=fusion,
-        horovod=knobs,
-        launcher=str(cfg["launcher"]),
+        horovod=layout.knobs,
+        launcher=settings.launcher,
+        settings=settings,
+        config_hash=config_hash,
         resume_from=None if resume is None else resume.checkpoint,
-        initial_epoch=initial_epoch,
-        initial_step=initial_step,
-        initial_batch=initial_batch,
-        precision=str(cfg["train"]["precision"]),
-        jit_compile=bool(cfg["train"]["jit_compile"]),
+        initial_epoch=start[0],
+        initial_step=start[1],
+        initial_batch=start[2],
+        precision=settings.train.precision.value,
+        jit_compile=settings.train.jit_compile,
         worker=(facts.python, "-m", WORKER_MODULE, str(run_dir)),
     )

@@ -1,0 +1,119 @@
+"""From a composed config to the typed settings and the Plan, before anything runs.
+
+The driver gathers its facts once (:func:`gather_facts`: the cluster environment and this
+machine); :func:`typed_experiment` types the composed config once (the layout the hosts or
+allocation give filled in, the settings, the problem's hash); :func:`prepare` vets the
+targets, sizes the dataset and derives the Plan. Past this module no stage reads the config
+tree: the Plan carries the settings, and a restart re-plans from :class:`PlanInputs` with
+only a new resume point.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from tntrun.config.compose import plain_config, with_allocation_layout
+from tntrun.config.settings import Settings, problem_hash, settings_of
+from tntrun.config.zoo import (
+    SizedDataset,
+    check_targets,
+    distributes_automatically,
+    size_dataset,
+)
+from tntrun.datasets.base import DatasetInfo
+from tntrun.environments import ClusterEnvironment, detect
+from tntrun.errors import PlanError
+from tntrun.launch import with_launch_command
+from tntrun.planning.machine import MachineFacts, machine_facts
+from tntrun.planning.plan import Plan, build_plan
+from tntrun.planning.resume import ResumePoint
+from tntrun.registry import find_class
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Where the driver runs, learnt once per run: the cluster environment (its allocation,
+    job tags, requeue) and this machine (cores, GPUs, interpreter)."""
+
+    cluster: ClusterEnvironment
+    machine: MachineFacts
+
+
+def gather_facts(environ: Mapping[str, str] = os.environ) -> Facts:
+    cluster = detect(environ)
+    return Facts(cluster, machine_facts(cluster))
+
+
+@dataclass(frozen=True)
+class TypedExperiment:
+    """A composed config, typed once: ``config`` as recorded (config.yaml, the run's params;
+    the layout filled in), its ``settings`` and the training problem's ``config_hash``."""
+
+    config: DictConfig
+    settings: Settings
+    config_hash: str
+
+    @property
+    def recorded_yaml(self) -> str:
+        """The config as the run directory records it (config.yaml) and a dry run shows it."""
+        return OmegaConf.to_yaml(self.config, resolve=True)
+
+
+def typed_experiment(
+    config: DictConfig, overrides: Sequence[str], environ: Mapping[str, str]
+) -> TypedExperiment:
+    """Fill the layout keys the hosts or the allocation give (those not on the command line),
+    then type the config. Pure but for reading a ``hostfile``."""
+    filled = with_allocation_layout(config, overrides, environ)
+    settings = settings_of(plain_config(filled, overrides))
+    return TypedExperiment(filled, settings, problem_hash(filled))
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """What a plan is derived from, once vetted and sized: a restart re-plans from them
+    with only a new resume point (no re-composing, no target checks, no dataset sizing)."""
+
+    settings: Settings
+    config_hash: str
+    info: DatasetInfo
+    machine: MachineFacts
+    run_dir: Path
+
+    def plan(self, resume: ResumePoint | None = None) -> Plan:
+        planned = build_plan(
+            self.settings, self.config_hash, self.info, self.machine, self.run_dir, resume
+        )
+        return with_launch_command(planned, self.machine)
+
+
+def prepare(
+    typed: TypedExperiment,
+    choices: Mapping[str, str],
+    machine: MachineFacts,
+    run_dir: Path,
+    resume: ResumePoint | None = None,
+) -> tuple[Plan, SizedDataset, PlanInputs]:
+    """Vet the targets, size the dataset and derive the plan (no TensorFlow).
+
+    Returns the plan, the dataset's sizes (with, for a dry run without the data, why they
+    are assumed) and what a restart re-plans from. Raises PlanError, one line a problem.
+    """
+    config, settings = typed.config, typed.settings
+    check_targets(config, dict(choices))
+    sized = size_dataset(config.dataset, allow_published=settings.dry_run)
+    dataset_class = find_class(settings.dataset["_target_"], {})
+    if not distributes_automatically(settings.dataset) and not hasattr(
+        dataset_class, "load_for_rank"
+    ):
+        raise PlanError(
+            f"dataset.distribute=false needs a dataset with load_for_rank(); "
+            f"{settings.dataset['_target_']} has none: set dataset.distribute=true"
+        )
+    inputs = PlanInputs(settings, typed.config_hash, sized.info, machine, run_dir)
+    return inputs.plan(resume), sized, inputs
