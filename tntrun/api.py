@@ -42,9 +42,10 @@ def plan(experiment: Experiment | Sequence[str]):
     from tntrun.preparation import gather_facts, prepare, typed_experiment
 
     exp = _experiment(experiment)
-    typed = typed_experiment(exp.config, exp.overrides, os.environ)
+    machine = gather_facts().machine
+    typed = typed_experiment(exp.config, exp.overrides, machine.allocation)
     run_dir = exp.run_dir or Path(typed.settings.output_root) / "plan"
-    return prepare(typed, exp.choices, gather_facts().machine, run_dir)[0]
+    return prepare(typed, exp.choices, machine, run_dir)[0]
 
 
 def run(experiment: Experiment | Sequence[str], config_dir: str | None = None) -> RunResult:

@@ -55,13 +55,14 @@ def run(exp: Experiment) -> RunResult:
     add_user_path()  # user modules (model._target_=mymodels.build) from the working directory
     facts = gather_facts()
     try:
-        typed = typed_experiment(exp.config, exp.overrides, os.environ)
+        allocated = facts.machine.allocation
+        typed = typed_experiment(exp.config, exp.overrides, allocated)
         settings = typed.settings
         tracker = tracker_for(settings.tracker_settings(), Path(settings.output_root))
         reference, how = resume_reference(typed, tracker, facts.cluster)
         resumed = resume_of(exp, settings, tracker, reference, how) if reference else None
         if resumed:  # the stored config, with the layout filled as for a new run
-            typed = typed_experiment(resumed.config, exp.overrides, os.environ)
+            typed = typed_experiment(resumed.config, exp.overrides, allocated)
         point = resumed.point if resumed else None
         plan, sized, inputs = prepare(typed, exp.choices, facts.machine, run_dir, point)
     except PlanError as err:  # e.g. a layout change not allowed: before any rank or record

@@ -26,7 +26,7 @@ from tntrun.config.zoo import (
     size_dataset,
 )
 from tntrun.datasets.base import DatasetInfo
-from tntrun.environments import ClusterEnvironment, detect
+from tntrun.environments import Allocation, ClusterEnvironment, detect
 from tntrun.errors import PlanError
 from tntrun.launch import with_launch_command
 from tntrun.planning.machine import MachineFacts, machine_facts
@@ -65,11 +65,12 @@ class TypedExperiment:
 
 
 def typed_experiment(
-    config: DictConfig, overrides: Sequence[str], environ: Mapping[str, str]
+    config: DictConfig, overrides: Sequence[str], allocated: Allocation | None
 ) -> TypedExperiment:
-    """Fill the layout keys the hosts or the allocation give (those not on the command line),
-    then type the config. Pure but for reading a ``hostfile``."""
-    filled = with_allocation_layout(config, overrides, environ)
+    """Fill the layout keys the hosts or the allocation (``allocated``: the cluster
+    environment's) give, those not on the command line, then type the config. Pure but for
+    reading a ``hostfile``."""
+    filled = with_allocation_layout(config, overrides, allocated)
     settings = settings_of(plain_config(filled, overrides))
     return TypedExperiment(filled, settings, problem_hash(filled))
 

@@ -34,13 +34,13 @@ def test_a_pbs_job_is_detected_by_its_job_id(tmp_path):
 def test_the_node_file_gives_hosts_slots_and_mpirun(tmp_path):
     allocation = PbsEnvironment(pbs_job(tmp_path)).allocation()
     assert allocation.hosts == (("node07.cluster", 2), ("node12.cluster", 2))
-    assert layout_from_hosts({}, pbs_job(tmp_path), set()) == {
+    assert layout_from_hosts({}, detect(pbs_job(tmp_path)).allocation(), set()) == {
         "nodes": 2,
         "ranks_per_node": 2,
         "launcher": "mpirun",
     }
     given = {"launcher", "ranks_per_node"}  # on the command line: kept
-    assert layout_from_hosts({}, pbs_job(tmp_path), given) == {"nodes": 2}
+    assert layout_from_hosts({}, detect(pbs_job(tmp_path)).allocation(), given) == {"nodes": 2}
 
 
 def test_slots_are_counted_per_host_in_first_seen_order():

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from tests.helpers.components import require_module
 from tests.helpers.plans import horovod_settings
 from tntrun.config.schema import HorovodConfig
-from tntrun.environments import layout_from_hosts
+from tntrun.environments import detect, layout_from_hosts
 from tntrun.environments.slurm import horovod_env
 from tntrun.launch import LaunchSpec
 from tntrun.launch.srun import SrunLauncher
@@ -28,9 +28,16 @@ def test_allocation_fills_the_layout_keys_not_given():
         "SLURM_TASKS_PER_NODE": "4(x4)",
         "SLURM_GPUS_PER_NODE": "a100:4",
     }
-    assert layout_from_hosts({}, env, set()) == {"nodes": 4, "gpus": 4, "ranks_per_node": 4}
-    assert layout_from_hosts({}, env, {"nodes"}) == {"gpus": 4, "ranks_per_node": 4}
-    assert layout_from_hosts({}, {}, set()) == {}
+    assert layout_from_hosts({}, detect(env).allocation(), set()) == {
+        "nodes": 4,
+        "gpus": 4,
+        "ranks_per_node": 4,
+    }
+    assert layout_from_hosts({}, detect(env).allocation(), {"nodes"}) == {
+        "gpus": 4,
+        "ranks_per_node": 4,
+    }
+    assert layout_from_hosts({}, detect({}).allocation(), set()) == {}
 
 
 def test_slurm_task_variables_become_horovods():
@@ -116,4 +123,9 @@ def test_submitit_preset_sizes_the_job_from_the_layout():
     assert (launcher.nodes, launcher.gpus_per_node, launcher.tasks_per_node) == (2, 4, 1)
     assert launcher.cpus_per_task == 2  # ranks_per_node's default: each node's CPUs are the ranks'
     allocation = {"SLURM_JOB_NODELIST": "gpu[01-02]", "SLURM_TASKS_PER_NODE": "1(x2)"}
-    assert layout_from_hosts({}, {**allocation, "SUBMITIT_EXECUTOR": "slurm"}, set()) == {}
+    assert (
+        layout_from_hosts(
+            {}, detect({**allocation, "SUBMITIT_EXECUTOR": "slurm"}).allocation(), set()
+        )
+        == {}
+    )

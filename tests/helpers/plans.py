@@ -30,13 +30,13 @@ def plan_for(
 ) -> Plan:
     """The plan the driver would make of ``overrides`` (no dataset sized, no targets vetted:
     ``data`` and ``facts`` stand for them)."""
-    typed = typed_experiment(compose_cfg(*overrides), list(overrides), facts.env)
+    typed = typed_experiment(compose_cfg(*overrides), list(overrides), facts.allocation)
     return PlanInputs(typed.settings, typed.config_hash, data, facts, run_dir).plan(resume)
 
 
 def settings_for(compose_cfg, *overrides: str):
     """The typed settings of ``overrides``."""
-    return typed_experiment(compose_cfg(*overrides), list(overrides), {}).settings
+    return typed_experiment(compose_cfg(*overrides), list(overrides), None).settings
 
 
 def line_points(svg: str) -> list[tuple[float, float]]:

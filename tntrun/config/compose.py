@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from tntrun.config.checks import choice_problems
 from tntrun.config.schema import register
-from tntrun.environments import layout_from_hosts
+from tntrun.environments import Allocation, layout_from_hosts
 from tntrun.errors import PlanError
 
 CONFIG_MODULE = "tntrun.conf"
@@ -81,11 +81,12 @@ def given_keys(overrides: Sequence[str]) -> set[str]:
 
 
 def with_allocation_layout(
-    cfg: DictConfig, overrides: Sequence[str], env: Mapping[str, str]
+    cfg: DictConfig, overrides: Sequence[str], allocated: Allocation | None
 ) -> DictConfig:
-    """``cfg`` with the layout keys the host list or a Slurm allocation fills (those not
-    given), so what is recorded (config.yaml, the run's params) is the layout that runs."""
-    filled = layout_from_hosts(cfg, env, given_keys(overrides))
+    """``cfg`` with the layout keys the host list or the scheduler's allocation (``allocated``)
+    fills (those not given), so what is recorded (config.yaml, the run's params) is the
+    layout that runs."""
+    filled = layout_from_hosts(cfg, allocated, given_keys(overrides))
     if not filled:
         return cfg
     cfg = cfg.copy()

@@ -129,22 +129,22 @@ def detect(environ: Mapping[str, str]) -> ClusterEnvironment:
     return environment_named("local", environ)
 
 
-def allocation_for(environ: Mapping[str, str], cfg: Mapping[str, Any]) -> Allocation | None:
-    """The run's hosts: those the config lists (``hosts``, ``hostfile``), else the
-    detected environment's allocation. Raises LayoutError."""
-    if cfg.get("hosts") or cfg.get("hostfile"):
-        return environment_named("static_hosts", environ, cfg).allocation()
-    return detect(environ).allocation()
+def allocation_for(requested: Mapping[str, Any], allocated: Allocation | None) -> Allocation | None:
+    """The run's hosts: those the config lists (``requested``: ``hosts``, ``hostfile``),
+    else the detected environment's allocation (``allocated``). Raises LayoutError."""
+    if requested.get("hosts") or requested.get("hostfile"):
+        return environment_named("static_hosts", {}, requested).allocation()
+    return allocated
 
 
 def layout_from_hosts(
-    cfg: Mapping[str, Any], environ: Mapping[str, str], given: set[str]
+    requested: Mapping[str, Any], allocated: Allocation | None, given: set[str]
 ) -> dict[str, int | str]:
     """Layout keys not given on the command line that the hosts fill in: a host list sets
     ``nodes`` (``tntrun -m 'hosts=[a],[a,b]'`` sweeps 1 and 2 nodes), a scheduler's
-    allocation what it allocated."""
+    allocation (``allocated``: the detected environment's) what it allocated."""
     try:
-        allocation = allocation_for(environ, cfg)
+        allocation = allocation_for(requested, allocated)
     except LayoutError:
         return {}  # a missing or malformed hostfile: planning reports it
     return allocation.layout(given) if allocation else {}
