@@ -55,9 +55,11 @@ def run(experiment: Experiment | Sequence[str], config_dir: str | None = None) -
     (FINISHED, FAILED, KILLED; PLANNED for ``dry_run=true``), the tracked run's
     id, the run directory and the final metrics.
     """
+    from tntrun.config.user_code import add_user_path
     from tntrun.console import ensure_console
     from tntrun.driver import run as run_experiment
 
+    add_user_path()  # user modules (model._target_=mymodels.build) from the working directory
     ensure_console()  # the driver's lines, unless this process set up logging itself
     result = run_experiment(_experiment(experiment, config_dir))
     if result.status == "INVALID" and result.run_id is None:

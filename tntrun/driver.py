@@ -14,7 +14,6 @@ from dataclasses import replace
 from pathlib import Path
 
 from tntrun.config.settings import Settings
-from tntrun.config.user_code import add_user_path
 from tntrun.contract import run_files
 from tntrun.contract.checkpoints import adopt
 from tntrun.contract.driver_alive import driver_tags
@@ -52,7 +51,6 @@ def dry_run(typed: TypedExperiment, plan: Plan, run_dir: Path, assumed: str | No
 def run(exp: Experiment) -> RunResult:
     """Plan, track and launch one run (or continue one); never leaves it RUNNING."""
     run_dir = exp.run_dir or Path(exp.config.output_root).resolve() / "runs" / "api"
-    add_user_path()  # user modules (model._target_=mymodels.build) from the working directory
     facts = gather_facts()
     try:
         allocated = facts.machine.allocation

@@ -19,20 +19,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from tntrun.config.compose import plain_config, with_allocation_layout
 from tntrun.config.settings import Settings, problem_hash, settings_of
-from tntrun.config.zoo import (
-    SizedDataset,
-    check_targets,
-    distributes_automatically,
-    size_dataset,
-)
+from tntrun.config.zoo import SizedDataset, check_targets, size_dataset
 from tntrun.datasets.base import DatasetInfo
 from tntrun.environments import Allocation, ClusterEnvironment, detect
-from tntrun.errors import PlanError
 from tntrun.launch import with_launch_command
 from tntrun.planning.machine import MachineFacts, machine_facts
 from tntrun.planning.plan import Plan, build_plan
 from tntrun.planning.resume import ResumePoint
-from tntrun.registry import find_class
 
 
 @dataclass(frozen=True)
@@ -108,13 +101,5 @@ def prepare(
     config, settings = typed.config, typed.settings
     check_targets(config, dict(choices))
     sized = size_dataset(config.dataset, allow_published=settings.dry_run)
-    dataset_class = find_class(settings.dataset["_target_"], {})
-    if not distributes_automatically(settings.dataset) and not hasattr(
-        dataset_class, "load_for_rank"
-    ):
-        raise PlanError(
-            f"dataset.distribute=false needs a dataset with load_for_rank(); "
-            f"{settings.dataset['_target_']} has none: set dataset.distribute=true"
-        )
     inputs = PlanInputs(settings, typed.config_hash, sized.info, machine, run_dir)
     return inputs.plan(resume), sized, inputs

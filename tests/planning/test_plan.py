@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from omegaconf import OmegaConf
 
 from tests.helpers.plans import IMAGENET, plan_for
+from tntrun.config.schema import OnNonFinite
 from tntrun.environments.slurm import SlurmEnvironment
 from tntrun.planning.plan import (
     MachineFacts,
@@ -248,6 +251,28 @@ def test_plan_round_trips_through_json(compose_cfg):
         "horovod.autotune=true",
     )
     assert Plan.from_json(plan.to_json()) == plan
+    settings = Plan.from_json(plan.to_json()).settings
+    assert settings.train.on_nonfinite is OnNonFinite.fail  # an enum again, not its name
+    assert settings.schedule.boundaries_epochs == [10.0]
+
+
+def test_a_plan_written_before_it_carried_its_settings_reads_them_from_the_config(
+    compose_cfg, tmp_path
+):
+    # plan.json of tntrun 0.1 (commit 5601e35) had neither settings nor config_hash: the
+    # settings are its run directory's config.yaml, typed, and the hash the driver's.
+    overrides = ("train.on_nonfinite=rollback", "+tracking.tags.team=vision", "seed=7")
+    plan = plan_for(compose_cfg, *overrides, run_dir=tmp_path)
+    config = compose_cfg(*overrides)
+    (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(config, resolve=True))
+    old = json.loads(plan.to_json())
+    del old["settings"], old["config_hash"]
+    (tmp_path / "plan.json").write_text(json.dumps(old))
+    loaded = Plan.load(tmp_path / "plan.json")
+    assert loaded.config_hash == plan.config_hash
+    assert loaded.settings.train.on_nonfinite is OnNonFinite.rollback
+    assert loaded.settings.tracking.tags == {"team": "vision"} and loaded.settings.seed == 7
+    assert loaded == plan
 
 
 def test_every_problem_is_reported_at_once(compose_cfg):

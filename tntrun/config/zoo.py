@@ -46,7 +46,8 @@ def build_model(section: Mapping[str, Any], info: DatasetInfo) -> Any:
 
 
 def check_targets(cfg: DictConfig, choices: dict[str, str]) -> None:
-    """Both targets exist and take the config's keys (PlanError naming the keys otherwise)."""
+    """Both targets exist and take the config's keys, and a dataset that distributes itself
+    can (PlanError naming the keys otherwise)."""
     for group, example in (("model", "mymodels.build"), ("dataset", "mydata.MyDataset")):
         if OmegaConf.is_missing(cfg[group], "_target_"):
             raise PlanError(
@@ -57,6 +58,12 @@ def check_targets(cfg: DictConfig, choices: dict[str, str]) -> None:
     check_target("model", cfg.model._target_, model_keys, SIZED_BY_DATASET, choices.get("model"))
     dataset_keys = [k for k in cfg.dataset if k not in ("_target_", *ENGINE_KEYS)]
     check_target("dataset", cfg.dataset._target_, dataset_keys, (), choices.get("dataset"))
+    manual = not distributes_automatically(cfg.dataset)
+    if manual and not hasattr(get_class(cfg.dataset._target_), "load_for_rank"):
+        raise PlanError(
+            f"dataset.distribute=false needs a dataset with load_for_rank(); "
+            f"{cfg.dataset._target_} has none: set dataset.distribute=true"
+        )
 
 
 @dataclass(frozen=True)

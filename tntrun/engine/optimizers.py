@@ -10,10 +10,11 @@ import keras
 PLAN_KEYS = ("name", "base_lr", "base_batch_size")
 
 
-def build_optimizer(cfg: Mapping[str, Any], learning_rate) -> keras.optimizers.Optimizer:
-    """The optimizer named by ``cfg['name']`` with the plan's learning rate (or schedule)."""
-    kwargs = {k: v for k, v in cfg.items() if k not in PLAN_KEYS}
-    name = cfg["name"]
+def build_optimizer(section: Mapping[str, Any], learning_rate) -> keras.optimizers.Optimizer:
+    """The optimizer the ``optimizer`` section names, with the plan's learning rate (or
+    schedule); its other keys are the optimizer's own arguments."""
+    kwargs = {k: v for k, v in section.items() if k not in PLAN_KEYS}
+    name = section["name"]
     if name == "adam":
         return keras.optimizers.Adam(learning_rate=learning_rate, **kwargs)
     if name == "sgd":

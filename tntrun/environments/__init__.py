@@ -71,8 +71,11 @@ class ClusterEnvironment:
     # The task variables (rank, size, local rank) its own launcher sets on every rank.
     rank_variables: ClassVar[tuple[str, str, str] | None] = None
 
-    def __init__(self, environ: Mapping[str, str], cfg: Mapping[str, Any] | None = None) -> None:
-        self.environ, self.cfg = environ, cfg or {}
+    def __init__(
+        self, environ: Mapping[str, str], requested: Mapping[str, Any] | None = None
+    ) -> None:
+        # ``requested``: the hosts the config lists (``hosts``, ``hostfile``), if any.
+        self.environ, self.requested = environ, requested or {}
 
     @classmethod
     def detect(cls, environ: Mapping[str, str]) -> bool:
@@ -114,10 +117,10 @@ def _environment_class(name: str) -> type[ClusterEnvironment]:
 
 
 def environment_named(
-    name: str, environ: Mapping[str, str], cfg: Mapping[str, Any] | None = None
+    name: str, environ: Mapping[str, str], requested: Mapping[str, Any] | None = None
 ) -> ClusterEnvironment:
     """The environment registered as ``name`` (or at a dotted path)."""
-    return _environment_class(name)(environ, cfg)
+    return _environment_class(name)(environ, requested)
 
 
 def detect(environ: Mapping[str, str]) -> ClusterEnvironment:

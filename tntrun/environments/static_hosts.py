@@ -18,11 +18,11 @@ class StaticHosts(ClusterEnvironment):
     title = "static hosts"
 
     def allocation(self) -> Allocation | None:
-        if self.cfg.get("hosts"):
-            return Allocation("hosts", tuple((str(h), None) for h in self.cfg["hosts"]))
-        if not self.cfg.get("hostfile"):
+        if self.requested.get("hosts"):
+            return Allocation("hosts", tuple((str(h), None) for h in self.requested["hosts"]))
+        if not self.requested.get("hostfile"):
             return None
-        path = Path(self.cfg["hostfile"])
+        path = Path(self.requested["hostfile"])
         if not path.is_file():
             raise LayoutError(
                 f"hostfile={path} does not exist: give an existing file with one host per line"
