@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tntrun.environments import Allocation, ClusterEnvironment, detect
+from tntrun.environments import Allocation, ClusterEnvironment
 from tntrun.planning.layout import LOCALHOST
 
 
@@ -63,9 +63,9 @@ def venv_executable(name: str) -> str:
     return str(beside) if beside.exists() else (shutil.which(name) or name)
 
 
-def machine_facts(cluster: ClusterEnvironment | None = None) -> MachineFacts:
+def machine_facts(cluster: ClusterEnvironment) -> MachineFacts:
     """Cores, NUMA sockets, numactl and the interpreter of this node, and the allocation of
-    the cluster environment it runs in (``cluster``: detected already, else here)."""
+    the cluster environment it runs in (``cluster``, detected once by the driver)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     numa = list(Path("/sys/devices/system/node").glob("node[0-9]*"))
     return MachineFacts(
@@ -75,7 +75,7 @@ def machine_facts(cluster: ClusterEnvironment | None = None) -> MachineFacts:
         env=dict(os.environ),
         python=sys.executable,
         hostname=socket.gethostname(),
-        allocation=(cluster or detect(os.environ)).allocation(),
+        allocation=cluster.allocation(),
         **dict(zip(("gpus", "gpu_probe"), count_gpus(), strict=True)),
     )
 
