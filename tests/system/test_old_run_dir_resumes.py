@@ -53,7 +53,7 @@ def unpack_fixture(workdir: Path) -> Path:
 def test_a_run_directory_written_by_tntrun_0_1_resumes_where_it_stopped(tmp_path):
     old_dir = unpack_fixture(tmp_path)
     run_id = (old_dir / "run_id").read_text()
-    # Without the fault the old run injected: it fired once, at step 30, already passed.
+    # Without the old run's fault injection: a test instrument, not the format under test.
     resumed = tntrun_cli(tmp_path, f"resume={old_dir}", "callbacks={}")
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert f"resume={old_dir}: continuing run {run_id}" in resumed.stdout
