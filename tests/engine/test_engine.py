@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.helpers.commands import clean_env, tntrun_cli, tntrun_command
+from tests.helpers.commands import clean_env, modules_imported, tntrun_cli, tntrun_command
 from tests.helpers.mpi import MPIS, mpi_first_on_path
 from tests.helpers.pace import PACE
 from tests.helpers.runs import run_dir_of, store_uri, wait_for_file
@@ -48,7 +47,7 @@ def mlflow_run(work, result):
     return client, client.get_run((run_dir_of(result) / "run_id").read_text())
 
 
-def finished(result) -> None:
+def assert_finished(result) -> None:
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
 
 
@@ -63,14 +62,14 @@ def two_ranks(tmp_path_factory):
         "+callbacks.csv.filename=${hydra:runtime.output_dir}/epochs.csv",
         "+callbacks.csv.ranks=master_only",
     )
-    finished(result)
+    assert_finished(result)
     return work, result
 
 
 def test_two_runs_with_deterministic_true_are_identical(two_ranks, tmp_path):
     _, first = two_ranks
     again = tntrun_cli(tmp_path, *CONFIG)
-    finished(again)
+    assert_finished(again)
     for a, b in zip(weights(run_dir_of(first)), weights(run_dir_of(again)), strict=True):
         np.testing.assert_array_equal(a, b)
 
@@ -78,7 +77,7 @@ def test_two_runs_with_deterministic_true_are_identical(two_ranks, tmp_path):
 def test_one_rank_and_two_ranks_reach_the_same_weights(two_ranks, tmp_path):
     _, two = two_ranks
     one = tntrun_cli(tmp_path, *CONFIG, "ranks_per_node=1")
-    finished(one)
+    assert_finished(one)
     assert "1 ranks on localhost:1" in one.stdout
     for a, b in zip(weights(run_dir_of(one)), weights(run_dir_of(two)), strict=True):
         np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
@@ -198,7 +197,7 @@ def test_a_preempted_run_resumes_mid_epoch_into_the_same_run_with_the_same_weigh
     assert tags["preempted"].endswith(f"checkpoint {checkpoint}"), tags
 
     resumed = tntrun_cli(tmp_path, *CONFIG, *chosen, "resume=auto")
-    finished(resumed)
+    assert_finished(resumed)
     assert f"resume=auto: continuing run {run_id}" in resumed.stdout
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED" and "preempted" not in run.data.tags
@@ -229,7 +228,7 @@ def test_resume_with_another_layout_is_refused(two_ranks, tmp_path):
 
 def test_manual_distribution_mode_trains(tmp_path):
     result = tntrun_cli(tmp_path, "dataset.distribute=false", "train.epochs=8")
-    finished(result)
+    assert_finished(result)
     assert "ran out of data" not in result.stdout + result.stderr  # Keras' warning
     _, run = mlflow_run(tmp_path, result)
     assert run.data.metrics["val_accuracy"] >= 0.9
@@ -247,7 +246,7 @@ def test_resume_by_run_id_with_an_allowed_layout_change(two_ranks, tmp_path):
         "global_batch_size=32",
         "train.epochs=5",
     )
-    finished(resumed)
+    assert_finished(resumed)
     run = client.get_run(run.info.run_id)
     assert run.data.tags["resume.layout_change"].startswith(
         "2 ranks, global batch 64 -> 1 ranks, global batch 32; LR 0.05, restarting at step 180"
@@ -260,11 +259,9 @@ def test_the_rank_side_engine_imports_neither_tf_keras_nor_mlflow_nor_kerass_ext
     """Each costs a rank seconds before its first step: tf_keras and Horovod's Keras layer
     are not used, MLflow is the driver's, and Keras 3 is imported without the optional
     libraries it would load (tntrun.engine.worker.import_keras)."""
-    code = (
-        "import sys, tntrun.engine.worker as w; w.import_keras();"
-        "import tntrun.engine.trainer, tntrun.engine.runtime;"
-        "bad = [m for m in ('tf_keras', 'horovod.tensorflow.keras', 'mlflow',"
-        " *w.OPTIONAL_FOR_KERAS) if m in sys.modules];"
-        "sys.exit(f'rank imported {bad}' if bad else 0)"
+    imported = modules_imported(
+        "import tntrun.engine.worker as w; w.import_keras();"
+        "import tntrun.engine.trainer, tntrun.engine.runtime",
+        "('tf_keras', 'horovod.tensorflow.keras', 'mlflow', *w.OPTIONAL_FOR_KERAS)",
     )
-    subprocess.run([sys.executable, "-c", code], check=True, env=clean_env())
+    assert imported == [], f"the rank side imported {imported}"

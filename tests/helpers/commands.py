@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -60,6 +61,22 @@ def concurrent_drivers(
     for driver, output in zip(drivers, outputs, strict=True):
         assert driver.returncode == 0, output[-3000:]
     return outputs
+
+
+def modules_imported(code: str, candidates: str) -> list[str]:
+    """Run ``code`` in a fresh interpreter: which of ``candidates`` (a Python expression
+    evaluated there after ``code``, so it may name what ``code`` imported) are in its
+    ``sys.modules``."""
+    report = f"import json, sys; print(json.dumps([m for m in {candidates} if m in sys.modules]))"
+    result = subprocess.run(
+        [sys.executable, "-c", f"{code}\n{report}"],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    return json.loads(result.stdout.splitlines()[-1])
 
 
 def run_on_two_ranks(script: Path, timeout: float = 300) -> subprocess.CompletedProcess:

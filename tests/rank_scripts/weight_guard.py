@@ -10,7 +10,7 @@ os.environ.update({"KERAS_BACKEND": "tensorflow", "TF_USE_LEGACY_KERAS": "0"})
 import horovod.tensorflow as hvd  # noqa: E402
 import keras  # noqa: E402
 
-from tntrun.engine.callbacks import WeightSyncGuard  # noqa: E402
+from tntrun.engine.weight_sync import WeightSyncGuard  # noqa: E402
 
 hvd.init()
 model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])

@@ -173,7 +173,7 @@ def test_incremental_decoding_matches_the_full_forward_pass(tmp_path):
     )
 
 
-def check_decoded(tokens: np.ndarray) -> None:
+def assert_rows_end_at_their_first_eos(tokens: np.ndarray) -> None:
     """Rows end at their first EOS and are padded after it."""
     for row in tokens:
         ends = np.flatnonzero(row == EOS_ID)
@@ -197,7 +197,7 @@ def test_decoders_reproduce_a_learnt_copy_task_with_the_models_own_weights():
     greedy = greedy_translate(model, source, 8)
     beam = beam_translate(model, source, 8, beam_size=3, alpha=0.6)
     for decoded in (greedy, beam):
-        check_decoded(decoded)
+        assert_rows_end_at_their_first_eos(decoded)
         assert decoded.shape == (64, 8) and decoded.dtype == np.int32
         assert np.mean(np.all(decoded == expected, axis=1)) >= 0.95
 

@@ -17,12 +17,25 @@ from tntrun.contract.checkpoints import CheckpointMeta
 from tntrun.contract.metrics import MetricsWriter
 from tntrun.contract.run_files import ENV_LIVE_PROGRESS, HEARTBEATS, PRECISION, TENSORBOARD
 from tntrun.contract.stop_requests import StopRequests
-from tntrun.engine import callbacks as cb
 from tntrun.engine.bleu import BleuEvaluation
+from tntrun.engine.checkpointing import Checkpointer
+from tntrun.engine.heartbeat import Heartbeat
+from tntrun.engine.metric_callbacks import (
+    AverageTrainMetrics,
+    EpochMetricsLogger,
+    LearningRateLogger,
+    PrecisionRecord,
+    ShardedValidation,
+    StepMetrics,
+    Throughput,
+)
 from tntrun.engine.nonfinite import NonFiniteGuard
 from tntrun.engine.pipelines import RankData
 from tntrun.engine.preemption import PreemptionGuard
+from tntrun.engine.progress import EpochProgress
 from tntrun.engine.step_agreement import StepAgreement
+from tntrun.engine.stop_agreement import StopAgreement
+from tntrun.engine.weight_sync import WeightSyncGuard
 from tntrun.planning.plan import Plan
 
 RANK_SCOPES = ("all_ranks", "master_only")
@@ -44,8 +57,8 @@ class RankCallbacks:
     """The callbacks of ``fit``, and those the later stages read."""
 
     callbacks: list[keras.callbacks.Callback]
-    throughput: cb.Throughput
-    sync_guard: cb.WeightSyncGuard
+    throughput: Throughput
+    sync_guard: WeightSyncGuard
     preemption: PreemptionGuard
     metrics_log: MetricsWriter | None  # rank 0's metrics stream to the driver
 
@@ -61,9 +74,9 @@ def build_callbacks(
     """Every callback of this rank; ``save_model`` writes a clean model (the best one)."""
     # Rank 0's metrics go to the driver, which logs them to MLflow (no rank imports MLflow).
     metrics_log = MetricsWriter(run_dir) if data.rank == 0 else None
-    throughput = cb.Throughput(plan.global_batch_size)
+    throughput = Throughput(plan.global_batch_size)
     train, tracking = plan.settings.train, plan.settings.tracking
-    sync_guard = cb.WeightSyncGuard(train.check_sync_every_epochs)
+    sync_guard = WeightSyncGuard(train.check_sync_every_epochs)
     requests = requests or StopRequests([], run_dir)
     preemption = PreemptionGuard(requests, agreement, plan.steps_per_epoch, plan.epochs)
     callbacks: list[keras.callbacks.Callback] = [
@@ -72,21 +85,21 @@ def build_callbacks(
         NonFiniteGuard(agreement),  # before any other callback sees a bad step
         preemption,  # after the non-finite guard: a bad step is not saved
         sync_guard,
-        cb.LearningRateLogger(),
-        cb.AverageTrainMetrics(plan.steps_per_epoch * plan.micro_batch_size),
-        cb.ShardedValidation(data.val, data.val_samples, train.epochs_between_evals),
+        LearningRateLogger(),
+        AverageTrainMetrics(plan.steps_per_epoch * plan.micro_batch_size),
+        ShardedValidation(data.val, data.val_samples, train.epochs_between_evals),
     ]
     if tracking.log_every_steps > 0:
         log = metrics_log.log if metrics_log else None
         every = tracking.log_every_steps
-        callbacks.append(cb.StepMetrics(every, plan.global_batch_size, agreement, log))
-    stop_agreement = cb.StopAgreement(run_dir, data.rank, plan.epochs, agreement)
+        callbacks.append(StepMetrics(every, plan.global_batch_size, agreement, log))
+    stop_agreement = StopAgreement(run_dir, data.rank, plan.epochs, agreement)
     callbacks.append(stop_agreement.before)
     callbacks += user_callbacks(plan.settings.callbacks, data.rank == 0)
     callbacks.append(stop_agreement.after)  # before rank 0's checkpoint: it sees the stop
     if metrics_log is not None:
         callbacks += master_callbacks(plan, run_dir, data, metrics_log, save_model, agreement)
-    callbacks.append(cb.Heartbeat(run_dir / HEARTBEATS, data.rank))  # last: see Heartbeat
+    callbacks.append(Heartbeat(run_dir / HEARTBEATS, data.rank))  # last: see Heartbeat
     return RankCallbacks(callbacks, throughput, sync_guard, preemption, metrics_log)
 
 
@@ -159,11 +172,11 @@ def master_callbacks(
             data.info.input_shape[0],
         )
         chosen.append(bleu)
-    chosen += [cb.EpochMetricsLogger(log_epoch), cb.PrecisionRecord(run_dir / PRECISION)]
+    chosen += [EpochMetricsLogger(log_epoch), PrecisionRecord(run_dir / PRECISION)]
     ckpt = plan.settings.checkpoint
     if ckpt.every_epochs > 0 or ckpt.monitor:
         chosen.append(
-            cb.Checkpointer(
+            Checkpointer(
                 run_dir,
                 ckpt.every_epochs,
                 ckpt.keep,
@@ -182,5 +195,5 @@ def master_callbacks(
         )
     if train.progress_interval_s > 0:
         live = os.environ.get(ENV_LIVE_PROGRESS) == "1"  # a terminal shows it
-        chosen.append(cb.EpochProgress(train.progress_interval_s, plan, agreement, live))
+        chosen.append(EpochProgress(train.progress_interval_s, plan, agreement, live))
     return chosen

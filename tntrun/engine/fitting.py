@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from tntrun.config.schema import OnNonFinite
-from tntrun.engine import callbacks as cb
 from tntrun.engine import nonfinite
 from tntrun.engine.callback_set import RankCallbacks
 from tntrun.engine.lr_schedule import learning_rate_of
 from tntrun.engine.model_set import RankModel
 from tntrun.engine.nonfinite import NonFiniteLoss, Snapshot
+from tntrun.engine.stop_agreement import stopped_early
 from tntrun.planning.plan import Plan
 
 Stream = Callable[[int], Any]  # the training stream from an epoch
@@ -93,7 +93,7 @@ def fit_from(
         )
         epoch += 1
         train_ds = stream(epoch) if epoch < plan.epochs else None
-    if epoch < plan.epochs and not cb.stopped_early(callbacks):
+    if epoch < plan.epochs and not stopped_early(callbacks):
         history = model.fit(
             train_ds,
             epochs=plan.epochs,

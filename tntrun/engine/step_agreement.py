@@ -37,7 +37,7 @@ class StepAgreement(keras.callbacks.Callback):
         self.local_stop = tf.Variable(0.0, trainable=False, name="tntrun_local_stop")
         # Sticky: a bad batch in a micro-step without an update is still reported.
         self.local_bad_data = tf.Variable(0.0, trainable=False, name="tntrun_local_bad_data")
-        # A callback of this rank set stop_training inside an epoch (callbacks.StopAgreement).
+        # A callback of this rank set stop_training inside an epoch (stop_agreement.StopAgreement).
         self.local_user_stop = tf.Variable(0.0, trainable=False, name="tntrun_local_user_stop")
         self.averaged = tf.Variable([0.0] * 4, trainable=False, name="tntrun_step_agreement")
         self.loss, self.stop, self.bad_data, self.user_stop = 0.0, False, False, False

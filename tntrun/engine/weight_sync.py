@@ -1,0 +1,54 @@
+"""The guard that the ranks' weights stay equal: a rank whose gradients are not averaged
+would otherwise train on silently."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+
+from tntrun.engine.collectives import checksums_across_ranks
+
+
+class WeightSyncGuard(keras.callbacks.Callback):
+    """Stop with a clear error when ranks' weights diverge (gradients not averaged).
+
+    Horovod under the wrong Keras silently skips the allreduce; comparing a
+    weight checksum after the first step and every ``every_epochs`` catches it.
+    """
+
+    def __init__(self, every_epochs: int = 1) -> None:
+        super().__init__()
+        self.every_epochs = every_epochs
+        self._checked_first_step = False
+
+    final_spread: float = float("nan")
+
+    def _check(self, when: str) -> None:
+        # Trainable weights only: BatchNorm's moving statistics follow each rank's own
+        # batches (as in any Horovod job without SyncBatchNorm) and may differ.
+        sums = checksums_across_ranks(self.model.trainable_variables, name=f"weight_sync.{when}")
+        spread = self.final_spread = float(sums.max() - sums.min())
+        if not np.isfinite(sums).all():
+            bad = [rank for rank, value in enumerate(sums.tolist()) if not np.isfinite(value)]
+            raise RuntimeError(
+                f"weights of rank(s) {bad} are not finite {when} "
+                f"(checksums by rank: {sums.tolist()})"
+            )
+        if spread > 1e-6 * max(1.0, float(abs(sums).max())):
+            raise RuntimeError(
+                f"ranks' weights diverged {when} (checksums by rank: {sums.tolist()}): gradients "
+                "are not being averaged: every update must go through the data-parallel "
+                "optimizer (see tntrun.engine.data_parallel)"
+            )
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not self._checked_first_step:
+            self._checked_first_step = True
+            self._check("after the first step")
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.every_epochs > 0 and (epoch + 1) % self.every_epochs == 0:
+            self._check(f"after epoch {epoch + 1}")
+
+    def on_train_end(self, logs=None):
+        self._check("at the end of training")
