@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from tntrun.contract import run_files
 from tntrun.contract.exit_codes import EXIT_TRACKING_PENDING
-from tntrun.tracking.outage import Pending, sync_line
+from tntrun.tracking.outage import Pending, is_outage, sync_line
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -123,8 +123,6 @@ def store_tracker(cfg: DictConfig, uri: str) -> Tracker:
 def open_synced_run(delivery: Delivery, cfg: DictConfig, pending: Pending) -> None:
     """Work on the pending run: the one the store has by its id, else a new one that gets
     everything (the metrics from the start, the outputs, the params)."""
-    from tntrun.tracking.outage import is_outage
-
     tracker, run_dir = delivery.tracker, delivery.run_dir
     if tracker.run_id is None:
         if pending.run_id:
