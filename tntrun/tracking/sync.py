@@ -123,6 +123,9 @@ def store_tracker(cfg: DictConfig, uri: str) -> Tracker:
 def open_synced_run(delivery: Delivery, cfg: DictConfig, pending: Pending) -> None:
     """Work on the pending run: the one the store has by its id, else a new one that gets
     everything (the metrics from the start, the outputs, the params)."""
+    from tntrun.planning.plan import Plan
+    from tntrun.tracking.opening import run_params
+
     tracker, run_dir = delivery.tracker, delivery.run_dir
     if tracker.run_id is None:
         if pending.run_id:
@@ -140,7 +143,7 @@ def open_synced_run(delivery: Delivery, cfg: DictConfig, pending: Pending) -> No
             pending.params_logged = False
         pending.run_id = tracker.run_id
     if not pending.params_logged:
-        tracker.log_params(run_params(cfg, run_dir))
+        tracker.log_params(run_params(cfg, Plan.load(run_dir / run_files.PLAN)))
         pending.params_logged = True
 
 
@@ -158,18 +161,6 @@ def delivered(delivery: Delivery, pending: Pending) -> int:
         "delivered"
     )
     return 0
-
-
-def run_params(cfg: object, run_dir: Path) -> dict[str, object]:
-    """The params the driver logs: the flattened config and the plan's summary."""
-    from omegaconf import OmegaConf
-
-    from tntrun.planning.plan import Plan
-    from tntrun.tracking import flatten
-
-    params = dict(flatten(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)))
-    params.update(Plan.load(run_dir / run_files.PLAN).summary_params())
-    return params
 
 
 def rebuilt_tags(run_dir: Path) -> dict[str, str]:
