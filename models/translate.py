@@ -122,61 +122,36 @@ def greedy_translate(model, source_ids, max_length: int) -> np.ndarray:
 
 
 def _beam(parts: TransformerParts, max_length: int, beam_size: int, alpha: float):
-    import tensorflow as tf
-
-    k = beam_size
-
-    def length_penalty(length):
-        return ((5.0 + tf.cast(length, tf.float32)) / 6.0) ** alpha
-
-    def regroup(t, batch):  # (batch * k, ...) <-> (batch, k, ...)
-        return tf.reshape(t, tf.concat([[batch, k], tf.shape(t)[1:]], 0))
-
-    def flatten(t):
-        return tf.reshape(t, tf.concat([[-1], tf.shape(t)[2:]], 0))
-
     def decode(source):
-        batch = tf.shape(source)[0]
+        return _BeamSearch(parts, source, max_length, beam_size, alpha).run()
+
+    return decode
+
+
+class _BeamSearch:
+    """The beam search of one batch of sentences, traced into the compiled decoder.
+
+    ``k`` hypotheses per sentence decode side by side (row ``b * k + j``: beam ``j`` of
+    sentence ``b``). Each step grows every alive beam by its ``2 * k`` best tokens; the
+    ``k`` best that did not end stay alive, those that ended compete with the finished
+    ones by length-normalised score. The loop's state: (step, alive, alive_logp, done,
+    done_score, done_flag, cache).
+    """
+
+    def __init__(self, parts: TransformerParts, source, max_length: int, k: int, alpha: float):
+        import tensorflow as tf
+
+        self.parts, self.max_length, self.k, self.alpha = parts, max_length, k, alpha
+        self.batch = tf.shape(source)[0]
         tiled = tf.repeat(source, k, axis=0)  # row b * k + j: beam j of sentence b
-        memory_kv, bias, cache = parts.start(tiled, parts.encode(tiled), max_length)
+        self.memory_kv, self.bias, self.cache = parts.start(tiled, parts.encode(tiled), max_length)
+
+    def run(self):
+        """The best finished hypothesis of each sentence (the best alive one if none ended)."""
+        import tensorflow as tf
+
+        batch, k, max_length = self.batch, self.k, self.max_length
         first = tf.concat([[0.0], tf.fill([k - 1], NEG_INF)], 0)  # expand one beam at first
-
-        def body(step, alive, alive_logp, done, done_score, done_flag, cache):
-            previous = tf.concat([tf.fill([batch, k, 1], BOS_ID), alive], 2)[:, :, step]
-            logits, cache = parts.step_logits(
-                tf.reshape(previous, [-1]), memory_kv, bias, cache, step
-            )
-            logp = tf.reshape(tf.nn.log_softmax(logits), [batch, k, -1])
-            vocab = tf.shape(logp)[2]
-            scores = tf.reshape(alive_logp[:, :, None] + logp, [batch, -1])
-            top_logp, top = tf.math.top_k(scores, k=2 * k)
-            origin, token = top // vocab, top % vocab
-            position = tf.one_hot(step, max_length, dtype=tf.int32)[None, None, :]
-            grown = tf.gather(alive, origin, batch_dims=1) + position * token[:, :, None]
-            ended = tf.equal(token, EOS_ID)
-            # The k best continuations that did not end stay alive ...
-            alive_logp, keep = tf.math.top_k(top_logp + tf.cast(ended, tf.float32) * NEG_INF, k)
-            alive = tf.gather(grown, keep, batch_dims=1)
-            beams = tf.gather(origin, keep, batch_dims=1)
-            cache = tf.nest.map_structure(
-                lambda t: flatten(tf.gather(regroup(t, batch), beams, batch_dims=1)), cache
-            )
-            # ... and the ended ones compete with the finished ones by normalised score.
-            ended_score = top_logp / length_penalty(step + 1)
-            ended_score += (1.0 - tf.cast(ended, tf.float32)) * NEG_INF
-            done_score, pick = tf.math.top_k(tf.concat([done_score, ended_score], 1), k)
-            done = tf.gather(tf.concat([done, grown], 1), pick, batch_dims=1)
-            done_flag = tf.gather(tf.concat([done_flag, ended], 1), pick, batch_dims=1)
-            return step + 1, alive, alive_logp, done, done_score, done_flag, cache
-
-        def running(step, alive, alive_logp, done, done_score, done_flag, cache):
-            # Stop when no alive beam can still beat the worst finished one.
-            best_alive = alive_logp[:, 0] / length_penalty(max_length)
-            flags = tf.cast(done_flag, tf.float32)
-            worst_done = tf.reduce_min(done_score * flags, axis=1)
-            worst_done += (1.0 - tf.reduce_max(flags, axis=1)) * NEG_INF
-            return (step < max_length) & ~tf.reduce_all(worst_done > best_alive)
-
         start = (
             tf.constant(0),
             tf.zeros([batch, k, max_length], tf.int32),
@@ -184,12 +159,92 @@ def _beam(parts: TransformerParts, max_length: int, beam_size: int, alpha: float
             tf.zeros([batch, k, max_length], tf.int32),
             tf.fill([batch, k], NEG_INF),
             tf.zeros([batch, k], tf.bool),
-            cache,
+            self.cache,
         )
-        _, alive, _, done, _, done_flag, _ = tf.while_loop(running, body, start)
+        _, alive, _, done, _, done_flag, _ = tf.while_loop(self.running, self.body, start)
         return tf.where(tf.reduce_any(done_flag, 1)[:, None], done[:, 0], alive[:, 0])
 
-    return decode
+    def length_penalty(self, length):
+        import tensorflow as tf
+
+        return ((5.0 + tf.cast(length, tf.float32)) / 6.0) ** self.alpha
+
+    def running(self, step, alive, alive_logp, done, done_score, done_flag, cache):
+        """Whether to go on: until ``max_length``, or until no alive beam can still beat
+        the worst finished one."""
+        import tensorflow as tf
+
+        best_alive = alive_logp[:, 0] / self.length_penalty(self.max_length)
+        flags = tf.cast(done_flag, tf.float32)
+        worst_done = tf.reduce_min(done_score * flags, axis=1)
+        worst_done += (1.0 - tf.reduce_max(flags, axis=1)) * NEG_INF
+        return (step < self.max_length) & ~tf.reduce_all(worst_done > best_alive)
+
+    def body(self, step, alive, alive_logp, done, done_score, done_flag, cache):
+        """One step: grow the beams, keep the best alive, rank the ended with the finished."""
+        grown, top_logp, origin, ended, cache = self.grow(step, alive, alive_logp, cache)
+        alive, alive_logp, cache = self.keep_alive(grown, top_logp, origin, ended, cache)
+        done, done_score, done_flag = self.keep_done(
+            step, grown, top_logp, ended, done, done_score, done_flag
+        )
+        return step + 1, alive, alive_logp, done, done_score, done_flag, cache
+
+    def grow(self, step, alive, alive_logp, cache):
+        """The ``2 * k`` best continuations of each sentence's beams: (their tokens so far,
+        log-probabilities, the beams they grew from, whether they ended), and the cache."""
+        import tensorflow as tf
+
+        batch, k = self.batch, self.k
+        previous = tf.concat([tf.fill([batch, k, 1], BOS_ID), alive], 2)[:, :, step]
+        logits, cache = self.parts.step_logits(
+            tf.reshape(previous, [-1]), self.memory_kv, self.bias, cache, step
+        )
+        logp = tf.reshape(tf.nn.log_softmax(logits), [batch, k, -1])
+        vocab = tf.shape(logp)[2]
+        scores = tf.reshape(alive_logp[:, :, None] + logp, [batch, -1])
+        top_logp, top = tf.math.top_k(scores, k=2 * k)
+        origin, token = top // vocab, top % vocab
+        position = tf.one_hot(step, self.max_length, dtype=tf.int32)[None, None, :]
+        grown = tf.gather(alive, origin, batch_dims=1) + position * token[:, :, None]
+        return grown, top_logp, origin, tf.equal(token, EOS_ID), cache
+
+    def keep_alive(self, grown, top_logp, origin, ended, cache):
+        """The ``k`` best continuations that did not end, and the cache of the beams they
+        grew from."""
+        import tensorflow as tf
+
+        alive_logp, keep = tf.math.top_k(top_logp + tf.cast(ended, tf.float32) * NEG_INF, self.k)
+        alive = tf.gather(grown, keep, batch_dims=1)
+        beams = tf.gather(origin, keep, batch_dims=1)
+        cache = tf.nest.map_structure(
+            lambda t: self.flatten(tf.gather(self.regroup(t), beams, batch_dims=1)), cache
+        )
+        return alive, alive_logp, cache
+
+    def keep_done(self, step, grown, top_logp, ended, done, done_score, done_flag):
+        """The ``k`` best finished hypotheses: the earlier ones and those ending now, by
+        log-probability over the length penalty."""
+        import tensorflow as tf
+
+        ended_score = top_logp / self.length_penalty(step + 1)
+        ended_score += (1.0 - tf.cast(ended, tf.float32)) * NEG_INF
+        done_score, pick = tf.math.top_k(tf.concat([done_score, ended_score], 1), self.k)
+        done = tf.gather(tf.concat([done, grown], 1), pick, batch_dims=1)
+        done_flag = tf.gather(tf.concat([done_flag, ended], 1), pick, batch_dims=1)
+        return done, done_score, done_flag
+
+    def regroup(self, t):
+        """(batch * k, ...) -> (batch, k, ...)."""
+        import tensorflow as tf
+
+        return tf.reshape(t, tf.concat([[self.batch, self.k], tf.shape(t)[1:]], 0))
+
+    @staticmethod
+    def flatten(t):
+        """(batch, k, ...) -> (batch * k, ...)."""
+        import tensorflow as tf
+
+        return tf.reshape(t, tf.concat([[-1], tf.shape(t)[2:]], 0))
 
 
 def beam_translate(

@@ -18,6 +18,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from tntrun.contract.run_status import RunStatus
 from tntrun.errors import PlanError
 from tntrun.experiment import Experiment, RunResult
 
@@ -62,7 +63,7 @@ def run(experiment: Experiment | Sequence[str], config_dir: str | None = None) -
     add_user_path()  # user modules (model._target_=mymodels.build) from the working directory
     ensure_console()  # the driver's lines, unless this process set up logging itself
     result = run_experiment(_experiment(experiment, config_dir))
-    if result.status == "INVALID" and result.run_id is None:
+    if result.status == RunStatus.INVALID and result.run_id is None:
         raise PlanError(list(result.problems))
     return result
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from omegaconf import DictConfig
 
 from tntrun.contract.exit_codes import EXIT_CONFIG_ERROR
+from tntrun.contract.run_status import RunStatus
 
 if TYPE_CHECKING:
     from tntrun.planning.plan import Plan
@@ -34,7 +35,7 @@ class Experiment:
 class RunResult:
     """What became of a run."""
 
-    status: str  # FINISHED, FAILED, KILLED; INVALID (config error) or PLANNED (dry run)
+    status: RunStatus  # FINISHED, FAILED, KILLED; INVALID (config error) or PLANNED (dry run)
     exit_code: int
     run_dir: Path | None
     run_id: str | None = None
@@ -42,11 +43,19 @@ class RunResult:
     problems: tuple[str, ...] = ()  # the config errors of an INVALID run, one line each
     plan: Plan | None = None
 
+    def __post_init__(self) -> None:
+        # The status as a RunStatus even where a caller still passes its string.
+        object.__setattr__(self, "status", RunStatus(self.status))
+
     def objective(self, key: str) -> float:
         """The final value of metric ``key`` (NaN unless the run FINISHED with it)."""
-        return float(self.metrics.get(key, "nan")) if self.status == "FINISHED" else float("nan")
+        return (
+            float(self.metrics.get(key, "nan"))
+            if self.status == RunStatus.FINISHED
+            else float("nan")
+        )
 
 
 def config_error(problems: list[str], run_dir: Path | None = None) -> RunResult:
     """An INVALID run: bad input, found before any rank started."""
-    return RunResult("INVALID", EXIT_CONFIG_ERROR, run_dir, problems=tuple(problems))
+    return RunResult(RunStatus.INVALID, EXIT_CONFIG_ERROR, run_dir, problems=tuple(problems))

@@ -7,6 +7,7 @@ The bottom layer, imported by both sides and importing no other part of tntrun
 (:mod:`~tntrun.contract.node_metrics`), the driver's heartbeat
 (:mod:`~tntrun.contract.driver_alive`), stop requests
 (:mod:`~tntrun.contract.stop_requests`, :mod:`~tntrun.contract.stop_signals`),
-the checkpoint layout (:mod:`~tntrun.contract.checkpoints`) and the ranks' logs
-(:mod:`~tntrun.contract.rank_logs`). No TensorFlow, no MLflow.
+the checkpoint layout (:mod:`~tntrun.contract.checkpoints`), the ranks' logs
+(:mod:`~tntrun.contract.rank_logs`) and a run's status
+(:mod:`~tntrun.contract.run_status`). No TensorFlow, no MLflow.
 """

@@ -25,6 +25,7 @@ from tntrun.contract.checkpoints import latest_checkpoint, read_meta
 from tntrun.contract.clock import process_start_time
 from tntrun.contract.driver_alive import DriverHeartbeat
 from tntrun.contract.rank_logs import RankLogWriter
+from tntrun.contract.run_status import RunStatus
 from tntrun.errors import PlanError
 from tntrun.launch import launcher_for
 from tntrun.launch.preemption import StopOnSignals
@@ -42,7 +43,7 @@ DRIVER_START = process_start_time()  # ranks report their first step relative to
 class Outcome:
     """How the ranks ended."""
 
-    status: str  # FINISHED, FAILED or KILLED
+    status: RunStatus  # FINISHED, FAILED or KILLED
     plan: Plan  # the plan the ranks last ran (a restart re-plans)
     stalled: str | None = None  # why the stall watchdog ended them
     refused: tuple[str, ...] = ()  # the launcher's pre-flight problems: no rank started
@@ -50,13 +51,17 @@ class Outcome:
     preempted: bool = False  # they stopped together on a stop request and checkpointed there
     ended_by: signal.Signals | None = None  # KILLED: the signal that ended the run
 
+    def __post_init__(self) -> None:
+        # The status as a RunStatus even where a caller still passes its string.
+        object.__setattr__(self, "status", RunStatus(self.status))
+
     @property
     def exit_code(self) -> int:
         """0 FINISHED, 1 FAILED, and as shells and schedulers expect for a run a signal
         ended: 128 + its number (130 Ctrl-C, 143 SIGTERM, after the preemption checkpoint)."""
-        if self.status == "FINISHED":
+        if self.status == RunStatus.FINISHED:
             return 0
-        if self.status == "KILLED":
+        if self.status == RunStatus.KILLED:
             return 128 + int(self.ended_by or signal.SIGINT)
         return 1
 
@@ -101,7 +106,7 @@ class Supervisor:
 
     def run(self, events: RankEvents) -> Outcome:
         """Pre-flight, start and follow the ranks (restarting them as allowed); how they ended."""
-        status, stalled, refused = "FAILED", None, ()
+        status, stalled, refused = RunStatus.FAILED, None, ()
         try:
             with self.stopping.installed(), self.launcher.running(self.plan) as extra:
                 try:
@@ -112,10 +117,12 @@ class Supervisor:
                 else:
                     result = self.follow(extra, events)
                     status, stalled = result.status, result.stalled
-                    if self.preempted() or (self.stopping.received and status != "FINISHED"):
-                        status = "KILLED"  # asked to stop: checkpointed (preempted) or not
+                    if self.preempted() or (
+                        self.stopping.received and status != RunStatus.FINISHED
+                    ):
+                        status = RunStatus.KILLED  # asked to stop: checkpointed (preempted) or not
         except KeyboardInterrupt:
-            status = "KILLED"
+            status = RunStatus.KILLED
         finally:
             if self.job is not None:
                 self.job.stop()

@@ -26,12 +26,18 @@ def precision_text(plan: Plan) -> str:
     return text
 
 
-def _rows(plan: Plan) -> list[tuple[str, str]]:
-    s = plan.schedule
-    hosts = ", ".join(f"{h}:{n}" for h, n in plan.hosts)
-    rows = [
+Rows = list[tuple[str, str]]  # (what, its value) of the dry-run table
+
+
+def _rows(plan: Plan) -> Rows:
+    """The dry-run table: where the ranks run, the batches, the LR schedule, Horovod's knobs."""
+    return _layout_rows(plan) + _batch_rows(plan) + _schedule_rows(plan) + _horovod_rows(plan)
+
+
+def _layout_rows(plan: Plan) -> Rows:
+    return [
         ("world size", f"{plan.world_size} = {plan.nodes} node(s) x {plan.ranks_per_node} ranks"),
-        ("hosts:slots", hosts),
+        ("hosts:slots", ", ".join(f"{h}:{n}" for h, n in plan.hosts)),
         ("device", f"{plan.gpus_per_node} GPU(s) per node" if plan.gpus_per_node else "CPU"),
         ("threads per rank", str(plan.threads_per_rank)),
         ("precision", precision_text(plan)),
@@ -41,6 +47,12 @@ def _rows(plan: Plan) -> list[tuple[str, str]]:
             if plan.jit_compile
             else "off",
         ),
+    ]
+
+
+def _batch_rows(plan: Plan) -> Rows:
+    """The batches and how far the run goes."""
+    rows = [
         (
             "global batch",
             f"{plan.global_batch_size} = {plan.world_size} x {plan.micro_batch_size} (micro-batch)",
@@ -64,11 +76,17 @@ def _rows(plan: Plan) -> list[tuple[str, str]]:
         rows.append(
             (
                 "schedule length",
-                f"{plan.schedule_epochs} epochs ({s.total_steps} steps);"
+                f"{plan.schedule_epochs} epochs ({plan.schedule.total_steps} steps);"
                 f" this run stops after epoch {plan.epochs}",
             )
         )
-    rows += [
+    return rows
+
+
+def _schedule_rows(plan: Plan) -> Rows:
+    """The learning rate: scaled how, warmed up and decayed when, its value at key steps."""
+    s = plan.schedule
+    rows = [
         ("optimizer steps", str(plan.optimizer_steps)),
         ("base LR", f"{plan.base_lr:g} at batch {plan.base_batch_size}"),
         (
@@ -101,8 +119,13 @@ def _rows(plan: Plan) -> list[tuple[str, str]]:
     rows.append(
         ("LR at steps", ", ".join(f"{st}: {lr:.4g}" for st, lr in zip(steps, lrs, strict=True)))
     )
+    return rows
+
+
+def _horovod_rows(plan: Plan) -> Rows:
+    """The fusion threshold and each Horovod knob with what it turns into."""
     fusion = plan.fusion_threshold_bytes
-    rows.append(
+    rows = [
         (
             "fusion threshold",
             "Horovod default (128 MiB)"
@@ -111,9 +134,8 @@ def _rows(plan: Plan) -> list[tuple[str, str]]:
             if fusion == 0
             else f"{fusion} bytes",
         )
-    )
-    for knob in plan.horovod:
-        rows.append((f"horovod.{knob.key}", f"{knob.value} -> {knob.describe()}"))
+    ]
+    rows += [(f"horovod.{knob.key}", f"{knob.value} -> {knob.describe()}") for knob in plan.horovod]
     return rows
 
 

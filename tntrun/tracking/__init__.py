@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from tntrun.contract.metrics import MetricPoint
+from tntrun.contract.run_status import RunStatus
 
 if TYPE_CHECKING:
     from tntrun.tracking.logged_model import LocalModel
@@ -31,7 +32,7 @@ class RunSummary:
 
     run_id: str
     name: str | None = None
-    status: str = "RUNNING"  # RUNNING, FINISHED, FAILED or KILLED
+    status: RunStatus = RunStatus.RUNNING  # RUNNING, FINISHED, FAILED or KILLED
     params: Mapping[str, str] = field(default_factory=dict)
     metrics: Mapping[str, float] = field(default_factory=dict)
     tags: Mapping[str, str] = field(default_factory=dict)
@@ -75,7 +76,7 @@ class Tracker(Protocol):
         """The run as the store holds it now (its final metrics, the tags it recorded)."""
         ...
 
-    def finish(self, status: str) -> None:
+    def finish(self, status: RunStatus) -> None:
         """End the run with FINISHED, FAILED or KILLED."""
         ...
 

@@ -24,6 +24,7 @@ from typing import Any
 from tntrun.contract import run_files
 from tntrun.contract.checkpoints import best_checkpoint
 from tntrun.contract.metrics import MetricPoint, lowest_is_best, parse_lines
+from tntrun.contract.run_status import RunStatus
 from tntrun.planning.plan import Plan
 from tntrun.tracking import ModelRegistry, RunSummary, Tracker
 from tntrun.tracking.outage import is_outage
@@ -34,7 +35,6 @@ FINAL, BEST = "final", "best"  # a logged model's role in its run
 ROLE_TAG = "tntrun.model"  # final or best, on the logged model and on a registered version
 LOGGED_MODEL_TAG = "tntrun.logged_model_id"  # on a registered version: what it was made from
 BEST_TAG = "tntrun.best"  # "true" on the best model, with .epoch, .monitor and .value
-FINISHED = "FINISHED"
 
 
 @dataclass(frozen=True)
@@ -126,10 +126,10 @@ class ModelPublishing:
             config_hash=config_hash,
         )
 
-    def record(self, tracker: Tracker, run_dir: Path, status: str) -> None:
+    def record(self, tracker: Tracker, run_dir: Path, status: RunStatus) -> None:
         """Log a FINISHED run's models and register the chosen one. An outage of the store
         is raised (the delivery retries); any other failure is a warning, never the run's."""
-        if status != FINISHED or not self.log or not tracker.run_id:
+        if status != RunStatus.FINISHED or not self.log or not tracker.run_id:
             return
         models = local_models(run_dir)
         if not models:
@@ -178,7 +178,7 @@ def register_best_job(
     scored = [
         (value, job)
         for job in jobs
-        if job.status == FINISHED and (value := objective_of(job, objective)) is not None
+        if job.status == RunStatus.FINISHED and (value := objective_of(job, objective)) is not None
     ]
     if not scored:
         print(f"tntrun: note: no job finished with {objective}: nothing registered as {name}")

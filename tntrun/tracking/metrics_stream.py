@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from tntrun.contract import run_files
 from tntrun.contract.metrics import MetricPoint, parse_lines
 from tntrun.tracking.node_metrics import NodeMetricsRelay
 
@@ -53,6 +54,29 @@ class MetricsRelay:
         self.nodes = nodes
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tntrun-metrics", daemon=True)
+
+    @classmethod
+    def of_run(
+        cls,
+        run_dir: Path,
+        send: Callable[[list[MetricPoint]], None],
+        run_id: Callable[[], str | None],
+        per_node: bool,
+        *,
+        offset: int = 0,
+        on_failure: Callable[[BaseException], None] | None = None,
+        on_recovery: Callable[[int], None] | None = None,
+    ) -> MetricsRelay:
+        """The relay of a run directory: rank 0's metrics file and each host's system
+        metrics (named by node when ``per_node``), into the run ``run_id()`` names."""
+        return cls(
+            run_dir / run_files.METRICS,
+            send,
+            offset=offset,
+            on_failure=on_failure,
+            on_recovery=on_recovery,
+            nodes=NodeMetricsRelay(run_dir, send, run_id, per_node),
+        )
 
     def drain(self) -> int:
         """Send every complete line written since the last delivered one; the lines sent.
@@ -118,5 +142,5 @@ class MetricsRelay:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        if self.failure is None:  # else the store is down: the caller retries (outage.Delivery)
+        if self.failure is None:  # else the store is down: the caller retries (delivery.Delivery)
             self.try_drain()

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tntrun.config.schema import DEFAULT_EXPERIMENT
+from tntrun.contract.run_status import RunStatus
 from tntrun.tracking import MetricPoint, RunSummary
 from tntrun.tracking.lost_runs import DRIVER_LOST_TAG, announce_lost, lost_runs
 from tntrun.tracking.mlflow_models import find_run_model, log_logged_model, register_version
@@ -160,7 +161,7 @@ class MlflowTracker:
         for ended in (DRIVER_LOST_TAG, PREEMPTED_TAG):  # it lives again
             if ended in before:
                 self.client.delete_tag(run_id, ended)
-        self.client.update_run(run_id, status="RUNNING")
+        self.client.update_run(run_id, status=RunStatus.RUNNING)
         return before
 
     def end_lost_runs(self, here: str | None = None) -> list[str]:
@@ -173,7 +174,7 @@ class MlflowTracker:
         ended = []
         for run_id, why in lost_runs(map(summary_of, running), here):
             client.set_tag(run_id, DRIVER_LOST_TAG, why)
-            client.set_terminated(run_id, status="KILLED")
+            client.set_terminated(run_id, status=RunStatus.KILLED)
             announce_lost(run_id, why)
             ended.append(run_id)
         return ended
@@ -189,7 +190,7 @@ class MlflowTracker:
         return [
             (run.info.run_id, run.data.tags.get("run_dir"))
             for run in runs
-            if run.info.status in ("KILLED", "FAILED")
+            if run.info.status in (RunStatus.KILLED, RunStatus.FAILED)
         ]
 
     def children(self) -> list[RunSummary]:
@@ -259,7 +260,7 @@ class MlflowTracker:
     def summary(self) -> RunSummary:
         return summary_of(self.client.get_run(self.run_id))
 
-    def finish(self, status: str) -> None:
+    def finish(self, status: RunStatus) -> None:
         self.client.set_terminated(self.run_id, status=status)
 
     def ui_command(self) -> list[str]:
@@ -283,7 +284,7 @@ def summary_of(run: Any) -> RunSummary:
     return RunSummary(
         run_id=info.run_id,
         name=info.run_name,
-        status=info.status,
+        status=RunStatus(info.status),
         params=dict(data.params),
         metrics=dict(data.metrics),
         tags=dict(data.tags),

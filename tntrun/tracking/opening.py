@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -154,9 +155,15 @@ def log_run_params(
     dataset: DatasetInfo | None,
 ) -> None:
     """The flattened config and the plan's summary as params; the dataset as an input."""
-    params = dict(flatten(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)))
-    params.update(plan.summary_params())
-    tracker.log_params(params)
+    tracker.log_params(run_params(cfg, plan))
     if dataset is not None and isinstance(tracker, DatasetLogging):
         dataset_cfg = OmegaConf.to_container(cfg.dataset, resolve=True, enum_to_str=True)
         tracker.log_dataset(dataset_record(origin.choices, dataset_cfg, dataset))
+
+
+def run_params(cfg: DictConfig, plan: Plan) -> dict[str, Any]:
+    """A run's params: the flattened config and the plan's summary (``tntrun sync`` logs
+    them too, on a run it creates)."""
+    params = dict(flatten(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)))
+    params.update(plan.summary_params())
+    return params

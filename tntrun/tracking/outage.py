@@ -3,9 +3,10 @@
 Training never waits for the store: rank 0's metrics stay in ``metrics.jsonl``
 and the relay sends them, in order and once, when the server answers again.
 When the ranks end, the driver retries what is left (the metrics, the outputs,
-the final status) for ``tracking.outage_grace_s``. If the store is still down
-then, it writes ``tracking_pending.json`` into the run directory, prints the
-command that replays it (``tntrun sync <run dir>``) and exits with
+the final status) for ``tracking.outage_grace_s`` (:mod:`tntrun.tracking.delivery`).
+If the store is still down then, it writes ``tracking_pending.json`` (a
+:class:`Pending`) into the run directory, prints the command that replays it
+(``tntrun sync <run dir>``) and exits with
 :data:`~tntrun.contract.exit_codes.EXIT_TRACKING_PENDING`.
 
 A tracker's client should fail a request to a store gone away within seconds
@@ -19,22 +20,12 @@ import json
 import re
 import shlex
 import socket
-import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from tntrun.contract.run_files import TRACKING_PENDING
-from tntrun.tracking import Tracker
-from tntrun.tracking.metrics_stream import MetricsRelay
-
-if TYPE_CHECKING:
-    from tntrun.tracking.logged_model import ModelPublishing
-
-# The training succeeded but its record did not reach the store: `tntrun sync` completes it.
-RETRY_EVERY_S = 2.0  # between attempts to deliver the rest at the end of a run
+from tntrun.contract.run_status import RunStatus
 
 
 def is_remote(uri: str) -> bool:
@@ -91,7 +82,7 @@ class Pending:
     """What the store has not received (``<run dir>/tracking_pending.json``)."""
 
     store: str
-    status: str  # the final status to set
+    status: RunStatus  # the final status to set
     run_id: str | None = None  # None: the run was never created
     metrics_offset: int = 0  # bytes of metrics.jsonl the run has received
     params_logged: bool = False
@@ -115,71 +106,10 @@ class Pending:
         if not path.exists():
             return None
         raw = json.loads(path.read_text())
-        return cls(**{f.name: raw[f.name] for f in fields(cls) if f.name in raw})
+        pending = cls(**{f.name: raw[f.name] for f in fields(cls) if f.name in raw})
+        pending.status = RunStatus(pending.status)
+        return pending
 
     @staticmethod
     def clear(run_dir: Path) -> None:
         (run_dir / TRACKING_PENDING).unlink(missing_ok=True)
-
-
-class Delivery:
-    """The rest of a run's record: metrics past the relay's offset, the outputs, the status.
-
-    ``open_run`` creates the run (and logs its params) if that has not happened yet;
-    each attempt repeats only what has not reached the store.
-    """
-
-    def __init__(
-        self,
-        tracker: Tracker,
-        run_dir: Path,
-        relay: MetricsRelay,
-        status: str,
-        stalled: str | None = None,
-        prefix: str | None = None,
-        open_run: Callable[[], None] = lambda: None,
-        outputs_logged: bool = False,
-        models: ModelPublishing | None = None,  # a FINISHED run's models (None: not logged)
-    ) -> None:
-        self.tracker, self.run_dir, self.relay = tracker, run_dir, relay
-        self.status, self.stalled, self.prefix = status, stalled, prefix
-        self.open_run, self.outputs_logged = open_run, outputs_logged
-        self.models = models
-
-    def attempt(self) -> None:
-        """Deliver what is left and set the status; raises the first failure."""
-        from tntrun.tracking.run_record import record_outputs
-
-        self.open_run()
-        try:
-            self.relay.drain()
-            if not self.outputs_logged:
-                record_outputs(self.tracker, self.run_dir, self.status, self.prefix, self.stalled)
-                if self.models is not None:
-                    self.models.record(self.tracker, self.run_dir, self.status)
-                self.outputs_logged = True
-        except Exception as err:
-            if not is_outage(err, self.tracker.store):  # a bad output: the status all the same
-                self.tracker.finish(self.status)
-            raise
-        self.tracker.finish(self.status)
-
-    def within(self, grace_s: float) -> BaseException | None:
-        """Attempt until everything is delivered (None) or ``grace_s`` has passed (the
-        outage's last error). Other errors are raised; Ctrl-C stops waiting."""
-        deadline = time.monotonic() + max(0.0, grace_s)
-        while True:
-            try:
-                self.attempt()
-                return None
-            except Exception as err:
-                if not is_outage(err, self.tracker.store):
-                    raise
-                last = err
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return last
-            try:
-                time.sleep(min(RETRY_EVERY_S, left))
-            except KeyboardInterrupt:
-                return last

@@ -26,14 +26,14 @@ from omegaconf import DictConfig
 
 from tntrun.contract import run_files
 from tntrun.contract.metrics import MetricPoint, last_values
+from tntrun.contract.run_status import RunStatus
 from tntrun.datasets.base import DatasetInfo
 from tntrun.planning.plan import Plan
 from tntrun.planning.resume import ResumedRun
 from tntrun.planning.schedule_chart import write_schedule_chart
 from tntrun.tracking import Browsable, Tracker
-from tntrun.tracking.logged_model import ModelPublishing
+from tntrun.tracking.delivery import Delivery, deliver_or_leave_pending, run_models
 from tntrun.tracking.metrics_stream import MetricsRelay
-from tntrun.tracking.node_metrics import NodeMetricsRelay
 from tntrun.tracking.opening import (
     RunOrigin,
     log_run_params,
@@ -43,7 +43,7 @@ from tntrun.tracking.opening import (
     run_name,
     user_tags,
 )
-from tntrun.tracking.outage import Delivery, Pending, describe, is_outage, sync_line
+from tntrun.tracking.outage import Pending, describe, is_outage, sync_line
 from tntrun.tracking.run_record import failure_reason
 from tntrun.tracking.session import TrackingSession
 
@@ -198,19 +198,28 @@ class Recorder:
                 f"tntrun: the tracking store {store} answers again; {lines} metric lines caught up"
             )
 
-        relay = MetricsRelay(
-            path, self._send_metrics, on_failure=down, on_recovery=back, nodes=self._nodes_relay()
-        )
+        relay = self._run_relay(on_failure=down, on_recovery=back)
         with self._lock:
             self._relay = relay
         return relay
 
-    def _nodes_relay(self) -> NodeMetricsRelay:
-        """Each host's system metrics (sampled beside the ranks), named per node on a
-        multi-node run."""
+    def _run_relay(
+        self,
+        on_failure: Callable[[BaseException], None] | None = None,
+        on_recovery: Callable[[int], None] | None = None,
+    ) -> MetricsRelay:
+        """Rank 0's metrics and each host's system metrics (sampled beside the ranks),
+        named per node on a multi-node run."""
         with self._lock:
             per_node = self._plan.nodes > 1
-        return NodeMetricsRelay(self.run_dir, self._send_metrics, self._run_id, per_node)
+        return MetricsRelay.of_run(
+            self.run_dir,
+            self._send_metrics,
+            self._run_id,
+            per_node,
+            on_failure=on_failure,
+            on_recovery=on_recovery,
+        )
 
     def _run_id(self) -> str | None:
         return self.tracker.run_id
@@ -223,14 +232,14 @@ class Recorder:
 
     # The end.
 
-    def end(self, status: str, stalled: str | None) -> None:
+    def end(self, status: RunStatus, stalled: str | None) -> None:
         """Attach the outputs and end the tracked run (never RUNNING while the store answers:
         :meth:`_settle`). A run left to the tracking thread is that thread's to end."""
         abandoned = self._session is not None and self._session.abandoned
         with self._lock:
             tracked = bool(self.tracker.run_id or self._deferred) and not abandoned
             plan = self._plan
-        if status == "FAILED":
+        if status == RunStatus.FAILED:
             self._failure = failure_reason(self.run_dir, stalled)
         if not tracked:
             return
@@ -239,65 +248,58 @@ class Recorder:
         finally:
             self._settle(status, stalled)
 
-    def _settle(self, status: str, stalled: str | None) -> None:
+    def _settle(self, status: RunStatus, stalled: str | None) -> None:
         """Deliver the rest (metrics, outputs) and set the final status, retrying through an
         outage of the store for ``tracking.outage_grace_s``; then leave what is still pending
         in the run directory for ``tntrun sync``."""
-        tracker, run_dir = self.tracker, self.run_dir
+        store = self.tracker.store
         with self._lock:
-            relay = self._relay or MetricsRelay(
-                run_dir / run_files.METRICS, self._send_metrics, nodes=self._nodes_relay()
-            )
+            relay = self._relay or self._run_relay()
             waiting = relay.failure is not None or self._deferred
-        models = ModelPublishing.of(
-            self.cfg.tracking,
-            problem_hash(self.cfg),
-            in_sweep=self.origin.parent_run_id is not None,
-        )
         delivery = Delivery(
-            tracker,
-            run_dir,
+            self.tracker,
+            self.run_dir,
             relay,
             status,
             stalled,
             self.prefix,
             self._open_deferred,
-            models=models,
+            models=run_models(self.cfg, self.origin.parent_run_id),
         )
         grace = float(self.cfg.tracking.outage_grace_s)
         if waiting:
             log.warning(
                 f"tntrun: waiting up to {grace:g} s (tracking.outage_grace_s) for "
-                f"{tracker.store} to take the rest of the run"
+                f"{store} to take the rest of the run"
             )
-        error = delivery.within(grace)
-        if error is None:
-            if waiting:
-                log.warning(
-                    f"tntrun: the tracking store {tracker.store} answers again; metrics, "
-                    f"outputs and status {status} delivered"
-                )
-            return
+        pending = deliver_or_leave_pending(delivery, grace, lambda: self._left(status, stalled))
         with self._lock:
-            self._pending = Pending(
+            self._pending = pending
+        if pending is None and waiting:
+            log.warning(
+                f"tntrun: the tracking store {store} answers again; metrics, "
+                f"outputs and status {status} delivered"
+            )
+
+    def _left(self, status: RunStatus, stalled: str | None) -> Pending:
+        """What the store has not received, as it stands now (the delivery adds its progress)."""
+        tracker = self.tracker
+        with self._lock:
+            return Pending(
                 tracker.store,
                 status,
                 tracker.run_id,
-                relay.offset,
                 params_logged=not self._deferred,
-                outputs_logged=delivery.outputs_logged,
                 stalled=stalled,
                 prefix=self.prefix,
                 run_name=run_name(self.cfg, self._plan, self.origin),
                 parent_run_id=self.origin.parent_run_id,
-                reason=describe(error),
                 tags=None
                 if tracker.run_id
-                else new_run_tags(self.cfg, self._plan, run_dir, self.origin),
+                else new_run_tags(self.cfg, self._plan, self.run_dir, self.origin),
             )
-            self._pending.save(run_dir)
 
-    def report(self, status: str) -> Recorded:
+    def report(self, status: RunStatus) -> Recorded:
         """Print the run's outcome (its final metrics, where to see it) and return it."""
         abandoned = self._session is not None and self._session.abandoned
         with self._lock:

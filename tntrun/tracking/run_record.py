@@ -9,6 +9,7 @@ from pathlib import Path
 from tntrun.contract import run_files
 from tntrun.contract.checkpoints import best_checkpoint, latest_checkpoint
 from tntrun.contract.rank_logs import find_failure
+from tntrun.contract.run_status import RunStatus
 from tntrun.planning.machine import versions
 from tntrun.planning.plan import Plan
 from tntrun.tracking import Tracker
@@ -53,7 +54,11 @@ def start_layout_tags(plan: Plan) -> dict[str, str]:
 
 
 def record_outputs(
-    tracker: Tracker, run_dir: Path, status: str, prefix: str | None, stalled: str | None = None
+    tracker: Tracker,
+    run_dir: Path,
+    status: RunStatus,
+    prefix: str | None,
+    stalled: str | None = None,
 ) -> None:
     """Attach the run's outputs and, for a failed run, why it failed (traceback or stall)."""
 
@@ -85,7 +90,7 @@ def record_outputs(
         tracker.set_tag(key, value)
     if stalled:
         tracker.set_tag("failure.stalled", stalled)
-    elif status == "FAILED":
+    elif status == RunStatus.FAILED:
         failure = find_failure(run_dir / run_files.LOGS)
         if failure is not None:
             report = run_dir / run_files.traceback_file(failure.rank)

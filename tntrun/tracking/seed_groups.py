@@ -12,6 +12,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from tntrun.contract.run_status import RunStatus
 from tntrun.tracking import RunSummary
 
 SEED = "seed"
@@ -39,7 +40,7 @@ def seed_groups(children: Iterable[RunSummary]) -> list[SeedGroup]:
     """The groups of two or more finished jobs that differ only by seed."""
     groups: dict[tuple, list[RunSummary]] = {}
     for run in children:
-        if run.status == "FINISHED" and SEED in run.params:
+        if run.status == RunStatus.FINISHED and SEED in run.params:
             key = tuple(sorted((k, v) for k, v in run.params.items() if k != SEED))
             groups.setdefault(key, []).append(run)
     repeated = {key: runs for key, runs in groups.items() if len(runs) >= 2}

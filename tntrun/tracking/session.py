@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager, suppress
 
+from tntrun.contract.run_status import RunStatus
 from tntrun.tracking import Tracker
 
 NICENESS = 10  # nice +10: ~10 % of a core against a busy rank, so the ranks go first
@@ -73,7 +74,7 @@ class TrackingSession:
         with self._lock:
             self._ended = True
             if self._abandoned and self.tracker is not None and self.tracker.run_id:
-                self.tracker.finish("KILLED")  # nobody else will: never leave it RUNNING
+                self.tracker.finish(RunStatus.KILLED)  # nobody else will: never leave it RUNNING
 
     def close(self) -> None:
         """Let the relay send what is left, wait for the thread, re-raise its error."""

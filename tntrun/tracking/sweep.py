@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from tntrun.contract.exit_codes import EXIT_CONFIG_ERROR
 from tntrun.contract.metrics import lowest_is_best
+from tntrun.contract.run_status import RunStatus
 from tntrun.errors import print_problems
 from tntrun.tracking import RunSummary, Tracker, children_of, tracker_for
 from tntrun.tracking.logged_model import register_best_job
@@ -110,19 +111,21 @@ class SweepTracking(Callback):
         children = children_of(tracker)
         statuses = [child.status for child in children]
         tracker.set_tag("children", str(len(children)))
-        tracker.set_tag("children.finished", str(statuses.count("FINISHED")))
+        tracker.set_tag("children.finished", str(statuses.count(RunStatus.FINISHED)))
         if children:
             write_report(tracker, children, sweep_dir / "report")
             report_repeats(tracker, children, str(config.tracking.objective))
             direction = sweeper_direction(config)
             register_best_job(tracker, children, config.tracking, direction)
-        ok = statuses and all(status == "FINISHED" for status in statuses)
-        tracker.finish("FINISHED" if ok else "FAILED")
-        unfinished_jobs.extend(child.run_id for child in children if child.status != "FINISHED")
+        ok = statuses and all(status == RunStatus.FINISHED for status in statuses)
+        tracker.finish(RunStatus.FINISHED if ok else RunStatus.FAILED)
+        unfinished_jobs.extend(
+            child.run_id for child in children if child.status != RunStatus.FINISHED
+        )
         if not children:
             unfinished_jobs.append(f"sweep {sweep_dir.name}: no job recorded a run")
         print(
-            f"tntrun: sweep parent run {tracker.run_id}: {statuses.count('FINISHED')}/"
+            f"tntrun: sweep parent run {tracker.run_id}: {statuses.count(RunStatus.FINISHED)}/"
             f"{len(statuses)} jobs finished; report in {sweep_dir / 'report'}"
         )
 

@@ -17,11 +17,19 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tntrun.contract import run_files
 from tntrun.contract.exit_codes import EXIT_TRACKING_PENDING
-from tntrun.tracking.outage import Pending, describe
+from tntrun.tracking.outage import Pending, is_outage, sync_line
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+    from tntrun.tracking import Tracker
+    from tntrun.tracking.delivery import Delivery
 
 EXIT_NOT_A_RUN = 2
 
@@ -63,17 +71,12 @@ def sync(run_dir: Path, pending: Pending, uri: str, wait_s: float = 0.0) -> int:
     """Deliver ``pending`` into the store at ``uri``; the exit code."""
     from omegaconf import OmegaConf
 
-    from tntrun.contract.checkpoints import config_hash
     from tntrun.planning.plan import Plan
-    from tntrun.tracking import LostRunCleanup, tracker_for
-    from tntrun.tracking.logged_model import ModelPublishing
+    from tntrun.tracking.delivery import Delivery, deliver_or_leave_pending, run_models
     from tntrun.tracking.metrics_stream import MetricsRelay
-    from tntrun.tracking.node_metrics import NodeMetricsRelay
-    from tntrun.tracking.outage import Delivery, is_outage, sync_line
 
     cfg = OmegaConf.load(run_dir / run_files.CONFIG)
-    settings = {**OmegaConf.to_container(cfg.tracking, resolve=True), "uri": uri}
-    tracker = tracker_for(settings, Path(str(cfg.output_root)))
+    tracker = store_tracker(cfg, uri)
     pending.store = uri  # another store than the run's: its run is found by id or made anew
     problems = tracker.problems()
     if problems:
@@ -82,9 +85,12 @@ def sync(run_dir: Path, pending: Pending, uri: str, wait_s: float = 0.0) -> int:
         print(sync_line(uri, run_dir))
         return EXIT_TRACKING_PENDING
     per_node = Plan.load(run_dir / run_files.PLAN).nodes > 1
-    nodes = NodeMetricsRelay(run_dir, tracker.log_metrics, lambda: tracker.run_id, per_node)
-    relay = MetricsRelay(
-        run_dir / run_files.METRICS, tracker.log_metrics, offset=pending.metrics_offset, nodes=nodes
+    relay = MetricsRelay.of_run(
+        run_dir,
+        tracker.log_metrics,
+        lambda: tracker.run_id,
+        per_node,
+        offset=pending.metrics_offset,
     )
     delivery = Delivery(
         tracker,
@@ -94,63 +100,67 @@ def sync(run_dir: Path, pending: Pending, uri: str, wait_s: float = 0.0) -> int:
         pending.stalled,
         pending.prefix,
         outputs_logged=pending.outputs_logged,
-        models=ModelPublishing.of(
-            settings,
-            config_hash(OmegaConf.to_container(cfg, resolve=True)),
-            in_sweep=pending.parent_run_id is not None,
-        ),
+        models=run_models(cfg, pending.parent_run_id),
     )
-
-    def open_run() -> None:
-        if tracker.run_id is None:
-            if pending.run_id:
-                try:
-                    tracker.attach(pending.run_id)
-                except LookupError as err:  # not in this store: a new run gets everything
-                    if is_outage(err, uri):  # or the store did not answer: try again later
-                        raise
-            if tracker.run_id is None:
-                tags = pending.tags or rebuilt_tags(run_dir)
-                tracker.start(pending.run_name, tags, pending.parent_run_id)
-                (run_dir / run_files.RUN_ID).write_text(tracker.run_id)
-                print(f"tntrun sync: created {tracker.label} run {tracker.run_id} in {uri}")
-                relay.offset, delivery.outputs_logged = 0, False
-                pending.params_logged = False
-            pending.run_id = tracker.run_id
-        if not pending.params_logged:
-            tracker.log_params(run_params(cfg, run_dir))
-            pending.params_logged = True
-
-    delivery.open_run = open_run
-    error = delivery.within(wait_s)
-    if error is None:
-        Pending.clear(run_dir)
-        if isinstance(tracker, LostRunCleanup):
-            tracker.end_lost_runs()  # as every tntrun command on a store
-        print(
-            f"tntrun sync: {tracker.label} run {tracker.run_id} in {uri}: "
-            f"{relay.lines_sent} metric lines, the outputs and status {pending.status} "
-            "delivered"
-        )
-        return 0
-    pending.metrics_offset, pending.outputs_logged = relay.offset, delivery.outputs_logged
-    pending.reason = describe(error)
-    pending.save(run_dir)
-    print(f"tntrun sync: {describe(error)}; {relay.lines_sent} metric lines delivered so far")
+    delivery.open_run = partial(open_synced_run, delivery, cfg, pending)
+    if deliver_or_leave_pending(delivery, wait_s, lambda: pending) is None:
+        return delivered(delivery, pending)
+    print(f"tntrun sync: {pending.reason}; {relay.lines_sent} metric lines delivered so far")
     print(sync_line(uri, run_dir))
     return EXIT_TRACKING_PENDING
 
 
-def run_params(cfg: object, run_dir: Path) -> dict[str, object]:
-    """The params the driver logs: the flattened config and the plan's summary."""
+def store_tracker(cfg: DictConfig, uri: str) -> Tracker:
+    """The run's own tracker (its ``tracking`` config) on the store at ``uri``."""
     from omegaconf import OmegaConf
 
-    from tntrun.planning.plan import Plan
-    from tntrun.tracking import flatten
+    from tntrun.tracking import tracker_for
 
-    params = dict(flatten(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)))
-    params.update(Plan.load(run_dir / run_files.PLAN).summary_params())
-    return params
+    settings = {**OmegaConf.to_container(cfg.tracking, resolve=True), "uri": uri}
+    return tracker_for(settings, Path(str(cfg.output_root)))
+
+
+def open_synced_run(delivery: Delivery, cfg: DictConfig, pending: Pending) -> None:
+    """Work on the pending run: the one the store has by its id, else a new one that gets
+    everything (the metrics from the start, the outputs, the params)."""
+    from tntrun.planning.plan import Plan
+    from tntrun.tracking.opening import run_params
+
+    tracker, run_dir = delivery.tracker, delivery.run_dir
+    if tracker.run_id is None:
+        if pending.run_id:
+            try:
+                tracker.attach(pending.run_id)
+            except LookupError as err:  # not in this store: a new run gets everything
+                if is_outage(err, pending.store):  # or the store did not answer: try again later
+                    raise
+        if tracker.run_id is None:
+            tags = pending.tags or rebuilt_tags(run_dir)
+            tracker.start(pending.run_name, tags, pending.parent_run_id)
+            (run_dir / run_files.RUN_ID).write_text(tracker.run_id)
+            print(f"tntrun sync: created {tracker.label} run {tracker.run_id} in {pending.store}")
+            delivery.relay.offset, delivery.outputs_logged = 0, False
+            pending.params_logged = False
+        pending.run_id = tracker.run_id
+    if not pending.params_logged:
+        tracker.log_params(run_params(cfg, Plan.load(run_dir / run_files.PLAN)))
+        pending.params_logged = True
+
+
+def delivered(delivery: Delivery, pending: Pending) -> int:
+    """All of the run reached the store: no record left pending; the exit code."""
+    from tntrun.tracking import LostRunCleanup
+
+    tracker = delivery.tracker
+    Pending.clear(delivery.run_dir)
+    if isinstance(tracker, LostRunCleanup):
+        tracker.end_lost_runs()  # as every tntrun command on a store
+    print(
+        f"tntrun sync: {tracker.label} run {tracker.run_id} in {pending.store}: "
+        f"{delivery.relay.lines_sent} metric lines, the outputs and status {pending.status} "
+        "delivered"
+    )
+    return 0
 
 
 def rebuilt_tags(run_dir: Path) -> dict[str, str]:
