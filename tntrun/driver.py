@@ -19,6 +19,7 @@ from tntrun.contract.checkpoints import adopt
 from tntrun.contract.driver_alive import driver_tags
 from tntrun.contract.exit_codes import EXIT_INTERRUPTED, EXIT_TRACKING_PENDING
 from tntrun.contract.node_metrics import carry_over
+from tntrun.contract.run_status import RunStatus
 from tntrun.environments import ClusterEnvironment
 from tntrun.errors import PlanError
 from tntrun.experiment import Experiment, RunResult, config_error
@@ -73,7 +74,7 @@ def run(exp: Experiment) -> RunResult:
     if plan.settings.dry_run:
         run_dir.mkdir(parents=True, exist_ok=True)
         dry_run(typed, plan, run_dir, sized.assumed)
-        return RunResult("PLANNED", 0, run_dir, plan=plan)
+        return RunResult(RunStatus.PLANNED, 0, run_dir, plan=plan)
     problems = device_problems(plan.hosts, plan.gpus_per_node, facts.machine)
     problems += tensorboard_problems(plan.settings.train.tensorboard)
     problems = problems or tracker.problems()
@@ -90,7 +91,10 @@ def run(exp: Experiment) -> RunResult:
         f"global batch {plan.global_batch_size} = {plan.world_size} x {plan.micro_batch_size}; "
         f"{plan.steps_per_epoch} steps/epoch x {plan.epochs} epochs; lr {plan.scaled_lr:g}"
     )
-    return launch(replace(exp, config=typed.config), inputs, plan, tracker, resumed, facts.cluster)
+    launch_tags = {**driver_tags(), **facts.cluster.tags()}
+    origin = RunOrigin(exp.overrides, exp.choices, exp.parent_run_id, exp.job, launch_tags)
+    recorder = Recorder(tracker, plan, typed.recorded, run_dir, origin, resumed, inputs.info)
+    return launch(recorder, inputs, plan, facts.cluster)
 
 
 def resume_reference(
@@ -141,20 +145,12 @@ def resume_of(
 
 
 def launch(
-    exp: Experiment,
-    inputs: PlanInputs,
-    plan: Plan,
-    tracker: Tracker,
-    resumed: ResumedRun | None,
-    cluster: ClusterEnvironment,
+    recorder: Recorder, inputs: PlanInputs, plan: Plan, cluster: ClusterEnvironment
 ) -> RunResult:
     """Start the ranks (the supervisor) and record the run beside them (the recorder)."""
-    cfg, run_dir = exp.config, inputs.run_dir
-    launch_tags = {**driver_tags(), **cluster.tags()}
-    origin = RunOrigin(exp.overrides, exp.choices, exp.parent_run_id, exp.job, launch_tags)
-    recorder = Recorder(tracker, cfg, plan, run_dir, origin, resumed, inputs.info)
+    run_dir, tracker = inputs.run_dir, recorder.tracker
     supervisor = Supervisor(plan, run_dir, inputs.plan)  # a restart: a new resume point
-    outcome = Outcome("FAILED", plan)
+    outcome = Outcome(RunStatus.FAILED, plan)
     try:
         outcome = supervisor.run(recorder)
     finally:
@@ -166,7 +162,8 @@ def launch(
         return replace(refused, run_id=tracker.run_id, plan=outcome.plan)
     recorded = recorder.report(outcome.status)
     if not recorded.tracked:
-        return RunResult("KILLED", EXIT_INTERRUPTED, run_dir, recorded.run_id, plan=outcome.plan)
+        killed = RunStatus.KILLED
+        return RunResult(killed, EXIT_INTERRUPTED, run_dir, recorded.run_id, plan=outcome.plan)
     code = outcome.exit_code
     if recorded.pending and code == 0:  # trained, but the record waits for `tntrun sync`
         code = EXIT_TRACKING_PENDING

@@ -14,6 +14,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -55,6 +56,11 @@ class TypedExperiment:
     def recorded_yaml(self) -> str:
         """The config as the run directory records it (config.yaml) and a dry run shows it."""
         return OmegaConf.to_yaml(self.config, resolve=True)
+
+    @property
+    def recorded(self) -> dict[str, Any]:
+        """config.yaml's values, plain (enums by name): what the run's params are."""
+        return OmegaConf.to_container(self.config, resolve=True, enum_to_str=True)
 
 
 def typed_experiment(

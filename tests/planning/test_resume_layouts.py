@@ -10,11 +10,12 @@ import pytest
 from omegaconf import OmegaConf
 
 from tests.helpers.plans import plan_for
+from tntrun.config.settings import problem_hash
 from tntrun.contract.checkpoints import LAYOUT_KEYS, CheckpointMeta
 from tntrun.errors import PlanError
 from tntrun.planning.plan import Plan
 from tntrun.planning.resume import ResumedRun, ResumePoint, resume_position
-from tntrun.tracking.opening import RunOrigin, problem_hash, resume_tags
+from tntrun.tracking.opening import RunOrigin, resume_tags
 
 # After 1 epoch and 9 batches of the 2nd on 2 ranks, global batch 64 (22 steps an epoch).
 PREEMPTED = CheckpointMeta(1, 32, 2, 64, "h", 9)

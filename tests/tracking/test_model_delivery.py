@@ -46,7 +46,7 @@ def finished_run(tmp_path, compose_cfg):
 def test_a_retried_delivery_logs_and_registers_the_model_once(finished_run, caplog):
     caplog.set_level(logging.INFO, logger="tntrun")
     tracker, run_dir = finished_run
-    publishing = ModelPublishing(register_as="digits-mlp", alias="candidate", config_hash="c0ffee")
+    publishing = ModelPublishing(True, "digits-mlp", "candidate", config_hash="c0ffee")
     publishing.record(tracker, run_dir, "FINISHED")
     publishing.record(tracker, run_dir, "FINISHED")  # a second attempt after an outage
 
@@ -74,7 +74,7 @@ def test_a_half_logged_model_is_replaced(finished_run):
     half = client.create_logged_model(
         tracker.experiment_id, source_run_id=tracker.run_id, tags={"tntrun.model": "final"}
     )
-    ModelPublishing().record(tracker, run_dir, "FINISHED")
+    ModelPublishing(True, None, None, config_hash="c0ffee").record(tracker, run_dir, "FINISHED")
     (model,) = client.search_logged_models([tracker.experiment_id])
     assert model.model_id != half.model_id and model.status == LoggedModelStatus.READY
 
@@ -82,6 +82,7 @@ def test_a_half_logged_model_is_replaced(finished_run):
 @pytest.mark.parametrize("status", ["FAILED", "KILLED"])
 def test_only_a_finished_run_logs_its_model(finished_run, status):
     tracker, run_dir = finished_run
-    ModelPublishing(register_as="digits-mlp").record(tracker, run_dir, status)
+    publishing = ModelPublishing(True, "digits-mlp", None, config_hash="c0ffee")
+    publishing.record(tracker, run_dir, status)
     assert not tracker.client.search_logged_models([tracker.experiment_id])
     assert [model.role for model in local_models(run_dir)] == ["final"]  # still on disk

@@ -57,6 +57,16 @@ def settings_of(plain: Mapping[str, Any]) -> Settings:
     return replace(settings, **as_given)
 
 
+def tracking_settings(tracking: Mapping[str, Any]) -> TrackingConfig:
+    """A ``tracking`` section alone, typed (a sweep's, whose jobs have the whole settings);
+    another tracker's own keys are left out."""
+    known = {f.name for f in fields(TrackingConfig)}
+    given = {k: v for k, v in tracking.items() if k in known}
+    typed = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrackingConfig), given))
+    assert isinstance(typed, TrackingConfig)  # noqa: S101  # to_object of a TrackingConfig node
+    return typed
+
+
 def problem_hash(config: DictConfig) -> str:
     """The training problem's hash (:func:`tntrun.contract.checkpoints.config_hash`) of a
     composed config: what ``resume=auto`` looks runs up by, computed once into the Plan."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tntrun.contract.rank_logs import RankLogWriter
+from tntrun.contract.run_status import RunStatus
 from tntrun.launch.console_relay import ConsoleRelay, live_text
 from tntrun.launch.watchdog import StallWatchdog
 
@@ -42,11 +43,12 @@ class LaunchResult:
     stalled: str | None = None
 
     @property
-    def status(self) -> str:
-        """The MLflow run status this outcome maps to."""
+    def status(self) -> RunStatus:
+        """The run status this outcome maps to."""
         if self.interrupted:
-            return "KILLED"
-        return "FINISHED" if self.returncode == 0 and not self.stalled else "FAILED"
+            return RunStatus.KILLED
+        ended_well = self.returncode == 0 and not self.stalled
+        return RunStatus.FINISHED if ended_well else RunStatus.FAILED
 
 
 def _stop(process: subprocess.Popen) -> None:

@@ -179,7 +179,7 @@ class Supervisor:
     def restart_after(self, outcome: LaunchResult, events: RankEvents) -> bool:
         """After a failed attempt, re-plan from the newest checkpoint (train.max_restarts)."""
         limit = self.plan.settings.train.max_restarts
-        if outcome.status != "FAILED" or self.restarts >= limit or self.stopping.received:
+        if outcome.status != RunStatus.FAILED or self.restarts >= limit or self.stopping.received:
             return False
         checkpoint = latest_checkpoint(self.run_dir)
         try:

@@ -15,22 +15,22 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from omegaconf import DictConfig
-
 from tntrun.contract.run_status import RunStatus
+from tntrun.planning.plan import Plan
 from tntrun.tracking import Tracker
 from tntrun.tracking.logged_model import ModelPublishing
 from tntrun.tracking.metrics_stream import MetricsRelay
-from tntrun.tracking.opening import problem_hash
 from tntrun.tracking.outage import Pending, describe, is_outage
 from tntrun.tracking.run_record import record_outputs
 
 RETRY_EVERY_S = 2.0  # between attempts to deliver the rest at the end of a run
 
 
-def run_models(cfg: DictConfig, parent_run_id: str | None) -> ModelPublishing:
-    """What the end of the run of ``cfg`` does with its models (a sweep's job registers none)."""
-    return ModelPublishing.of(cfg.tracking, problem_hash(cfg), in_sweep=parent_run_id is not None)
+def run_models(plan: Plan, parent_run_id: str | None) -> ModelPublishing:
+    """What the end of the run of ``plan`` does with its models (a sweep's job registers
+    none)."""
+    in_sweep = parent_run_id is not None
+    return ModelPublishing.of(plan.settings.tracking, plan.config_hash, in_sweep=in_sweep)
 
 
 class Delivery:

@@ -19,8 +19,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from tntrun.config.schema import TrackingConfig
 from tntrun.contract import run_files
 from tntrun.contract.checkpoints import best_checkpoint
 from tntrun.contract.metrics import MetricPoint, lowest_is_best, parse_lines
@@ -112,17 +112,17 @@ class ModelPublishing:
     """What the end of a run does with its models (``tracking.log_model``,
     ``register_model``, ``register_alias``)."""
 
-    log: bool = True
-    register_as: str | None = None  # None also in a sweep's job: the sweep registers
-    alias: str | None = None
-    config_hash: str = ""
+    log: bool
+    register_as: str | None  # None also in a sweep's job: the sweep registers
+    alias: str | None
+    config_hash: str
 
     @classmethod
-    def of(cls, tracking: Mapping[str, Any], config_hash: str, in_sweep: bool) -> ModelPublishing:
+    def of(cls, tracking: TrackingConfig, config_hash: str, in_sweep: bool) -> ModelPublishing:
         return cls(
-            log=bool(tracking.get("log_model", True)),
-            register_as=None if in_sweep else (tracking.get("register_model") or None),
-            alias=tracking.get("register_alias") or None,
+            log=tracking.log_model,
+            register_as=None if in_sweep else (tracking.register_model or None),
+            alias=tracking.register_alias or None,
             config_hash=config_hash,
         )
 
@@ -167,13 +167,13 @@ def lower_is_better(objective: str, direction: str | None) -> bool:
 
 
 def register_best_job(
-    tracker: Tracker, jobs: Sequence[RunSummary], tracking: Any, direction: str | None
+    tracker: Tracker, jobs: Sequence[RunSummary], tracking: TrackingConfig, direction: str | None
 ) -> None:
     """Register the sweep's best FINISHED job by ``tracking.objective`` (see
     :func:`lower_is_better`) under ``tracking.register_model``, from the sweep's parent
     run (``tracker``)."""
-    name, objective = tracking.get("register_model"), str(tracking.get("objective"))
-    if not name or not tracking.get("log_model", True) or not isinstance(tracker, ModelRegistry):
+    name, objective = tracking.register_model, tracking.objective
+    if not name or not tracking.log_model or not isinstance(tracker, ModelRegistry):
         return
     scored = [
         (value, job)

@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
-from tntrun.contract.checkpoints import CheckpointMeta, config_hash
+from tntrun.config.schema import TrackingConfig
+from tntrun.contract.checkpoints import CheckpointMeta
 from tntrun.datasets.base import DatasetInfo
 from tntrun.planning.plan import Plan
 from tntrun.planning.resume import ResumedRun
@@ -44,44 +43,40 @@ class RunOrigin:
     launch_tags: Mapping[str, str] = field(default_factory=dict)
 
 
-def problem_hash(cfg: DictConfig) -> str:
-    """The hash of the training problem a config defines (checkpoints and runs carry it)."""
-    return config_hash(OmegaConf.to_container(cfg, resolve=True))
-
-
-def run_name(cfg: DictConfig, plan: Plan, origin: RunOrigin) -> str:
+def run_name(plan: Plan, origin: RunOrigin) -> str:
     """``tracking.run_name``, else ``$MLFLOW_RUN_NAME`` (a sweep's job adds ``-job<N>``),
     else ``<model>-<dataset>-<ranks>x<micro-batch>`` (``mlp-digits-2x32``), for the runs
     table."""
-    if cfg.tracking.run_name:
-        return str(cfg.tracking.run_name)
+    settings = plan.settings
+    if settings.tracking.run_name:
+        return settings.tracking.run_name
     if named := os.environ.get("MLFLOW_RUN_NAME"):
         return named if origin.job is None else f"{named}-job{origin.job}"
     return default_run_name(
         origin.choices,
-        cfg.model.get("_target_"),
-        cfg.dataset.get("_target_"),
+        settings.model.get("_target_"),
+        settings.dataset.get("_target_"),
         plan.world_size,
         plan.micro_batch_size,
         origin.job,
     )
 
 
-def new_run_tags(cfg: DictConfig, plan: Plan, run_dir: Path, origin: RunOrigin) -> dict[str, str]:
+def new_run_tags(plan: Plan, run_dir: Path, origin: RunOrigin) -> dict[str, str]:
     """The tags of a new run (:func:`~tntrun.tracking.run_record.start_tags`) and the user's."""
     overrides, choices = list(origin.overrides), dict(origin.choices)
     return {
-        **start_tags(plan, run_dir, overrides, choices, problem_hash(cfg), origin.launch_tags),
-        **user_tags(cfg.tracking),
+        **start_tags(plan, run_dir, overrides, choices, plan.config_hash, origin.launch_tags),
+        **user_tags(plan.settings.tracking),
     }
 
 
-def user_tags(tracking: DictConfig) -> dict[str, str]:
+def user_tags(tracking: TrackingConfig) -> dict[str, str]:
     """``tracking.tags``, and ``tracking.description`` as MLflow's note (the run page's
     description)."""
-    tags = {str(key): str(value) for key, value in (tracking.get("tags") or {}).items()}
-    if tracking.get("description"):
-        tags["mlflow.note.content"] = str(tracking.description)
+    tags = {str(key): str(value) for key, value in tracking.tags.items()}
+    if tracking.description:
+        tags["mlflow.note.content"] = tracking.description
     return tags
 
 
@@ -149,21 +144,20 @@ def renamed_for_layout(
 
 def log_run_params(
     tracker: Tracker,
-    cfg: DictConfig,
+    recorded_config: Mapping[str, Any],
     plan: Plan,
     origin: RunOrigin,
     dataset: DatasetInfo | None,
 ) -> None:
     """The flattened config and the plan's summary as params; the dataset as an input."""
-    tracker.log_params(run_params(cfg, plan))
+    tracker.log_params(run_params(recorded_config, plan))
     if dataset is not None and isinstance(tracker, DatasetLogging):
-        dataset_cfg = OmegaConf.to_container(cfg.dataset, resolve=True, enum_to_str=True)
-        tracker.log_dataset(dataset_record(origin.choices, dataset_cfg, dataset))
+        tracker.log_dataset(dataset_record(origin.choices, plan.settings.dataset, dataset))
 
 
-def run_params(cfg: DictConfig, plan: Plan) -> dict[str, Any]:
-    """A run's params: the flattened config and the plan's summary (``tntrun sync`` logs
-    them too, on a run it creates)."""
-    params = dict(flatten(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)))
+def run_params(recorded_config: Mapping[str, Any], plan: Plan) -> dict[str, Any]:
+    """A run's params: the config as recorded (config.yaml, plain values) flattened, and the
+    plan's summary (``tntrun sync`` logs them too, on a run it creates)."""
+    params = dict(flatten(recorded_config))
     params.update(plan.summary_params())
     return params

@@ -21,8 +21,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from omegaconf import DictConfig
+from typing import Any
 
 from tntrun.contract import run_files
 from tntrun.contract.metrics import MetricPoint, last_values
@@ -38,7 +37,6 @@ from tntrun.tracking.opening import (
     RunOrigin,
     log_run_params,
     new_run_tags,
-    problem_hash,
     resume_tags,
     run_name,
     user_tags,
@@ -68,14 +66,15 @@ class Recorder:
     def __init__(
         self,
         tracker: Tracker,
-        cfg: DictConfig,
         plan: Plan,
+        recorded_config: Mapping[str, Any],
         run_dir: Path,
         origin: RunOrigin,
         resumed: ResumedRun | None = None,
         dataset: DatasetInfo | None = None,
     ) -> None:
-        self.tracker, self.cfg, self.run_dir, self.origin = tracker, cfg, run_dir, origin
+        self.tracker, self.run_dir, self.origin = tracker, run_dir, origin
+        self.recorded_config = recorded_config  # config.yaml's values: the run's params
         self.resumed = resumed
         self.dataset = dataset  # the sizes planned with, recorded with the run
         self._lock = threading.RLock()  # guards everything below
@@ -137,17 +136,18 @@ class Recorder:
                 self._restarts = int(recorded.get("restarts", 0)) + 1
                 tags = resume_tags(
                     self.resumed, self._plan, run_dir, self.origin, recorded, self._restarts
-                ) | user_tags(self.cfg.tracking)
-                tags["config_hash"] = problem_hash(self.cfg)  # a run older than the hash's keys
+                ) | user_tags(self._plan.settings.tracking)
+                tags["config_hash"] = self._plan.config_hash  # a run older than the hash's keys
                 for key, value in tags.items():
                     tracker.set_tag(key, value)
             else:
-                tags = new_run_tags(self.cfg, self._plan, run_dir, self.origin)
-                name = run_name(self.cfg, self._plan, self.origin)
+                tags = new_run_tags(self._plan, run_dir, self.origin)
+                name = run_name(self._plan, self.origin)
                 run_id = tracker.start(name, tags, self.origin.parent_run_id)
             (run_dir / run_files.RUN_ID).write_text(run_id)
             if not self.resumed:
-                log_run_params(tracker, self.cfg, self._plan, self.origin, self.dataset)
+                config = self.recorded_config
+                log_run_params(tracker, config, self._plan, self.origin, self.dataset)
         log.info(f"tntrun: {tracker.label} run {run_id} in {tracker.store}")
 
     def _open_tracked(self) -> tuple[Tracker, str | None]:
@@ -264,9 +264,9 @@ class Recorder:
             stalled,
             self.prefix,
             self._open_deferred,
-            models=run_models(self.cfg, self.origin.parent_run_id),
+            models=run_models(self._plan, self.origin.parent_run_id),
         )
-        grace = float(self.cfg.tracking.outage_grace_s)
+        grace = self._plan.settings.tracking.outage_grace_s
         if waiting:
             log.warning(
                 f"tntrun: waiting up to {grace:g} s (tracking.outage_grace_s) for "
@@ -292,11 +292,11 @@ class Recorder:
                 params_logged=not self._deferred,
                 stalled=stalled,
                 prefix=self.prefix,
-                run_name=run_name(self.cfg, self._plan, self.origin),
+                run_name=run_name(self._plan, self.origin),
                 parent_run_id=self.origin.parent_run_id,
                 tags=None
                 if tracker.run_id
-                else new_run_tags(self.cfg, self._plan, self.run_dir, self.origin),
+                else new_run_tags(self._plan, self.run_dir, self.origin),
             )
 
     def report(self, status: RunStatus) -> Recorded:

@@ -18,6 +18,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from tntrun.config.settings import tracking_settings
 from tntrun.contract.exit_codes import EXIT_CONFIG_ERROR
 from tntrun.contract.metrics import lowest_is_best
 from tntrun.contract.run_status import RunStatus
@@ -114,9 +115,9 @@ class SweepTracking(Callback):
         tracker.set_tag("children.finished", str(statuses.count(RunStatus.FINISHED)))
         if children:
             write_report(tracker, children, sweep_dir / "report")
-            report_repeats(tracker, children, str(config.tracking.objective))
-            direction = sweeper_direction(config)
-            register_best_job(tracker, children, config.tracking, direction)
+            tracking = tracking_settings(OmegaConf.to_container(config.tracking, resolve=True))
+            report_repeats(tracker, children, tracking.objective)
+            register_best_job(tracker, children, tracking, sweeper_direction(config))
         ok = statuses and all(status == RunStatus.FINISHED for status in statuses)
         tracker.finish(RunStatus.FINISHED if ok else RunStatus.FAILED)
         unfinished_jobs.extend(

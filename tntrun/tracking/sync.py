@@ -26,8 +26,7 @@ from tntrun.contract.exit_codes import EXIT_TRACKING_PENDING
 from tntrun.tracking.outage import Pending, is_outage, sync_line
 
 if TYPE_CHECKING:
-    from omegaconf import DictConfig
-
+    from tntrun.planning.plan import Plan
     from tntrun.tracking import Tracker
     from tntrun.tracking.delivery import Delivery
 
@@ -69,14 +68,12 @@ def main(argv: Sequence[str]) -> int:
 
 def sync(run_dir: Path, pending: Pending, uri: str, wait_s: float = 0.0) -> int:
     """Deliver ``pending`` into the store at ``uri``; the exit code."""
-    from omegaconf import OmegaConf
-
     from tntrun.planning.plan import Plan
     from tntrun.tracking.delivery import Delivery, deliver_or_leave_pending, run_models
     from tntrun.tracking.metrics_stream import MetricsRelay
 
-    cfg = OmegaConf.load(run_dir / run_files.CONFIG)
-    tracker = store_tracker(cfg, uri)
+    plan = Plan.load(run_dir / run_files.PLAN)  # its settings, also for a 0.1 run directory
+    tracker = store_tracker(plan, uri)
     pending.store = uri  # another store than the run's: its run is found by id or made anew
     problems = tracker.problems()
     if problems:
@@ -84,12 +81,11 @@ def sync(run_dir: Path, pending: Pending, uri: str, wait_s: float = 0.0) -> int:
             print(f"tntrun sync: {problem}")
         print(sync_line(uri, run_dir))
         return EXIT_TRACKING_PENDING
-    per_node = Plan.load(run_dir / run_files.PLAN).nodes > 1
     relay = MetricsRelay.of_run(
         run_dir,
         tracker.log_metrics,
         lambda: tracker.run_id,
-        per_node,
+        plan.nodes > 1,
         offset=pending.metrics_offset,
     )
     delivery = Delivery(
@@ -100,9 +96,9 @@ def sync(run_dir: Path, pending: Pending, uri: str, wait_s: float = 0.0) -> int:
         pending.stalled,
         pending.prefix,
         outputs_logged=pending.outputs_logged,
-        models=run_models(cfg, pending.parent_run_id),
+        models=run_models(plan, pending.parent_run_id),
     )
-    delivery.open_run = partial(open_synced_run, delivery, cfg, pending)
+    delivery.open_run = partial(open_synced_run, delivery, plan, pending)
     if deliver_or_leave_pending(delivery, wait_s, lambda: pending) is None:
         return delivered(delivery, pending)
     print(f"tntrun sync: {pending.reason}; {relay.lines_sent} metric lines delivered so far")
@@ -110,20 +106,19 @@ def sync(run_dir: Path, pending: Pending, uri: str, wait_s: float = 0.0) -> int:
     return EXIT_TRACKING_PENDING
 
 
-def store_tracker(cfg: DictConfig, uri: str) -> Tracker:
-    """The run's own tracker (its ``tracking`` config) on the store at ``uri``."""
-    from omegaconf import OmegaConf
-
+def store_tracker(plan: Plan, uri: str) -> Tracker:
+    """The run's own tracker (its ``tracking`` settings) on the store at ``uri``."""
     from tntrun.tracking import tracker_for
 
-    settings = {**OmegaConf.to_container(cfg.tracking, resolve=True), "uri": uri}
-    return tracker_for(settings, Path(str(cfg.output_root)))
+    settings = plan.settings
+    return tracker_for({**settings.tracker_settings(), "uri": uri}, Path(settings.output_root))
 
 
-def open_synced_run(delivery: Delivery, cfg: DictConfig, pending: Pending) -> None:
+def open_synced_run(delivery: Delivery, plan: Plan, pending: Pending) -> None:
     """Work on the pending run: the one the store has by its id, else a new one that gets
     everything (the metrics from the start, the outputs, the params)."""
-    from tntrun.planning.plan import Plan
+    from omegaconf import OmegaConf
+
     from tntrun.tracking.opening import run_params
 
     tracker, run_dir = delivery.tracker, delivery.run_dir
@@ -135,7 +130,7 @@ def open_synced_run(delivery: Delivery, cfg: DictConfig, pending: Pending) -> No
                 if is_outage(err, pending.store):  # or the store did not answer: try again later
                     raise
         if tracker.run_id is None:
-            tags = pending.tags or rebuilt_tags(run_dir)
+            tags = pending.tags or rebuilt_tags(plan, run_dir)
             tracker.start(pending.run_name, tags, pending.parent_run_id)
             (run_dir / run_files.RUN_ID).write_text(tracker.run_id)
             print(f"tntrun sync: created {tracker.label} run {tracker.run_id} in {pending.store}")
@@ -143,7 +138,8 @@ def open_synced_run(delivery: Delivery, cfg: DictConfig, pending: Pending) -> No
             pending.params_logged = False
         pending.run_id = tracker.run_id
     if not pending.params_logged:
-        tracker.log_params(run_params(cfg, Plan.load(run_dir / run_files.PLAN)))
+        recorded = OmegaConf.to_container(OmegaConf.load(run_dir / run_files.CONFIG))
+        tracker.log_params(run_params(recorded, plan))
         pending.params_logged = True
 
 
@@ -163,19 +159,15 @@ def delivered(delivery: Delivery, pending: Pending) -> int:
     return 0
 
 
-def rebuilt_tags(run_dir: Path) -> dict[str, str]:
+def rebuilt_tags(plan: Plan, run_dir: Path) -> dict[str, str]:
     """Start tags for a run created by sync without the driver's record of them."""
     from omegaconf import OmegaConf
 
-    from tntrun.contract.checkpoints import config_hash
     from tntrun.contract.driver_alive import driver_tags
     from tntrun.environments import detect
-    from tntrun.planning.plan import Plan
     from tntrun.tracking.run_record import start_tags
 
     overrides_file = run_dir / run_files.HYDRA / "overrides.yaml"
     overrides = list(OmegaConf.load(overrides_file)) if overrides_file.is_file() else []
-    problem = config_hash(OmegaConf.to_container(OmegaConf.load(run_dir / run_files.CONFIG)))
-    plan = Plan.load(run_dir / run_files.PLAN)
     here = {**driver_tags(), **detect(os.environ).tags()}  # the run's own were not kept
-    return start_tags(plan, run_dir, overrides, {}, problem, here)
+    return start_tags(plan, run_dir, overrides, {}, plan.config_hash, here)
