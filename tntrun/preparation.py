@@ -25,7 +25,8 @@ from tntrun.datasets.base import DatasetInfo
 from tntrun.environments import Allocation, ClusterEnvironment, detect
 from tntrun.launch import with_launch_command
 from tntrun.planning.machine import MachineFacts, machine_facts
-from tntrun.planning.plan import Plan, build_plan
+from tntrun.planning.plan import Plan
+from tntrun.planning.planner import build_plan
 from tntrun.planning.resume import ResumePoint
 
 
