@@ -7,16 +7,14 @@ MLflow run FAILED or KILLED with the reason, and keep the last checkpoint usable
 from __future__ import annotations
 
 import os
-import re
 import socket
 import subprocess
-import threading
 import time
 
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.helpers.bounds import AFTER_DRIVER_KILLED_S, AFTER_RANK_FAILURE_S, after_stall_s
+from tests.helpers.bounds import AFTER_RANK_FAILURE_S, after_stall_s
 from tests.helpers.commands import clean_env, free_port, tntrun_cli
 from tests.helpers.driving import (
     LONG_RUN,
@@ -25,6 +23,7 @@ from tests.helpers.driving import (
     assert_nothing_left,
     fault,
     run_until,
+    sigkill_the_driver,
     the_run,
 )
 from tests.helpers.mpi import LAUNCHERS, use_launcher
@@ -100,23 +99,12 @@ def test_a_sigkilled_driver_takes_its_ranks_along_and_a_later_command_ends_its_r
     depend on the launcher: proven under horovodrun only)."""
     chosen, roles = use_launcher(launcher, tmp_path, monkeypatch)
     with Driver(tmp_path, (*chosen, *LONG_RUN), roles) as driver:
-        assert driver.read_until("checkpoint saved: epoch 1") is not None, driver.output[-3000:]
-        # The driver opens the MLflow run in a thread while the ranks train: on a busy machine
-        # its line may come after epoch 1's checkpoint.
-        if "MLflow run " not in driver.output:
-            assert driver.read_until("MLflow run ") is not None, driver.output[-3000:]
-        threading.Thread(target=driver.read_until, args=(None,), daemon=True).start()
-        (run_id,) = re.findall(r"MLflow run (\w+) in", driver.output)
-        client = MlflowClient(store_uri(tmp_path))
-        run_dir = client.get_run(run_id).data.tags["run_dir"]
-        driver.process.kill()
-        outlived = assert_nothing_left(run_dir, driver.seen, time.monotonic(), 60)
-        assert outlived < AFTER_DRIVER_KILLED_S, f"ranks outlived it {outlived:.1f} s"
-    assert client.get_run(run_id).info.status == "RUNNING"  # nobody could end it
+        run_id, outlived = sigkill_the_driver(tmp_path, driver)
     print(f"\n[lost driver, {launcher}] ranks and launcher outlived the driver by {outlived:.1f} s")
     if launcher != "horovodrun":
         return
 
+    client = MlflowClient(store_uri(tmp_path))
     ui = subprocess.Popen(
         [
             str(BIN / "tntrun"),
