@@ -49,6 +49,7 @@ VARIANTS = {"horovodrun": None, "mpirun (Open MPI)": "openmpi", "mpirun (MPICH)"
 HOSTS = (("10.77.0.1", 1), ("10.77.0.2", 1))
 MODELS = ("resnet18", "resnet50")
 FUSION_BYTES = 128 << 20  # Horovod's default, which tntrun keeps
+LAUNCH_LIMIT_S = 900  # a launch hung (the hosts' link gone) fails the benchmark
 # What the driver adds at launch (Open MPI exports these names with -x): set, as it does.
 LAUNCH_TIME = {
     run_files.ENV_DRIVER_START: "0",
@@ -95,11 +96,15 @@ def one_launch(mpi: str | None, port: str, key: str, settings: Path) -> list[dic
     serving = nullcontext({}) if mpi is None else serving_rendezvous(plan, cfg)
     with serving as extra:
         full = {**os.environ, "PATH": path, **env, **extra, **LAUNCH_TIME}
-        out = subprocess.run(command, env=full, capture_output=True, text=True, cwd=ROOT)
+        out = subprocess.run(
+            command, env=full, capture_output=True, text=True, cwd=ROOT, timeout=LAUNCH_LIMIT_S
+        )
     if out.returncode != 0:
         raise RuntimeError(f"{launcher.name} failed:\n{out.stdout[-3000:]}{out.stderr[-3000:]}")
+    # The JSON object only: an MPI's label before it, and (seen under MPICH) other output
+    # after it on the same line, are not part of it.
     lines = [ln[ln.index("{") :] for ln in out.stdout.splitlines() if '"median_s"' in ln]
-    return [json.loads(line) for line in lines]
+    return [json.JSONDecoder().raw_decode(line)[0] for line in lines]
 
 
 def measure(port: str, key: str, rounds: int, repeats: int, scratch: Path):
@@ -118,6 +123,7 @@ def measure(port: str, key: str, rounds: int, repeats: int, scratch: Path):
     for round_ in range(rounds):
         for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
             for result in one_launch(VARIANTS[name], port, key, settings):
+                print(f"round {round_ + 1}, {name}: {json.dumps(result)}", file=sys.stderr)
                 floats[result["model"]] = result["floats"]
                 times.setdefault((name, result["model"]), []).append(result["median_s"])
     return times, floats
