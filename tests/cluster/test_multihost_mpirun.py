@@ -1,6 +1,7 @@
 """``launcher=mpirun`` across the two network-namespace hosts (scripts/netns_hosts.sh):
 mpirun reaches each host over ssh, as on a cluster (Open MPI's orted, MPICH's
-hydra_pmi_proxy started there), one rank per host, under each MPI."""
+hydra_pmi_proxy started there), one rank per host, under each MPI: training, a killed
+rank, a SIGKILLed driver."""
 
 from __future__ import annotations
 
@@ -10,7 +11,15 @@ import pytest
 
 from tests.helpers.bounds import AFTER_RANK_FAILURE_S
 from tests.helpers.commands import tntrun_cli
-from tests.helpers.driving import LONG_RUN, assert_nothing_left, fault, run_until, the_run
+from tests.helpers.driving import (
+    LONG_RUN,
+    Driver,
+    assert_nothing_left,
+    fault,
+    run_until,
+    sigkill_the_driver,
+    the_run,
+)
 from tests.helpers.mpi import MPIS, mpi_first_on_path
 from tests.helpers.netns import NetnsHosts
 from tests.helpers.processes import Process, describe
@@ -69,3 +78,18 @@ def test_a_rank_killed_on_the_second_host_fails_the_mpirun_run_and_leaves_nothin
     assert run.info.status == "FAILED"
     # One pid namespace: the search sees both hosts' ranks and MPI daemons.
     assert_nothing_left(run_dir, seen, fault_at, AFTER_RANK_FAILURE_S)
+
+
+@pytest.mark.parametrize("mpi", sorted(MPIS))
+def test_a_sigkilled_driver_of_a_two_host_mpirun_run_leaves_no_rank_or_daemon(
+    netns_hosts, tmp_path, monkeypatch, mpi
+):
+    """The driver SIGKILLed (the OOM killer, Slurm's KillWait): mpirun follows it (the
+    parent-death signal), and on both hosts the MPI's daemon started over ssh (orted,
+    hydra_pmi_proxy) and its rank end within the lost-driver bound, found by the same search
+    that saw them run."""
+    mpi_first_on_path(mpi, tmp_path, monkeypatch)
+    with Driver(tmp_path, (*over_mpirun(netns_hosts), *LONG_RUN), MPI_REMOTE) as driver:
+        _, outlived = sigkill_the_driver(tmp_path, driver)
+    assert_one_rank_per_host(driver.seen)
+    print(f"\n[lost driver, two hosts, {mpi}] ranks and daemons outlived it by {outlived:.1f} s")

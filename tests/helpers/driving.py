@@ -5,14 +5,16 @@ left no process behind (the failure tests, on one host, on two hosts and under S
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
+import threading
 import time
 from typing import NamedTuple
 
 from mlflow.tracking import MlflowClient
 
-from tests.helpers.bounds import AFTER_CTRL_C_S
+from tests.helpers.bounds import AFTER_CTRL_C_S, AFTER_DRIVER_KILLED_S
 from tests.helpers.commands import clean_env, tntrun_command
 from tests.helpers.processes import (
     HELD,
@@ -150,3 +152,27 @@ def assert_ctrl_c_stops_every_rank(
     assert run.info.status == "KILLED"
     assert_nothing_left(run_dir, ran.seen, exited, settle_s)
     return ran
+
+
+class Lost(NamedTuple):
+    run_id: str
+    outlived: float  # seconds the run's processes outlived the driver's SIGKILL
+
+
+def sigkill_the_driver(tmp_path, driver: Driver) -> Lost:
+    """SIGKILL ``driver`` after epoch 1's checkpoint (its output still read: no broken pipe
+    helps); assert that every process of its run ends within AFTER_DRIVER_KILLED_S."""
+    assert driver.read_until("checkpoint saved: epoch 1") is not None, driver.output[-3000:]
+    # The driver opens the MLflow run in a thread while the ranks train: on a busy machine
+    # its line may come after epoch 1's checkpoint.
+    if "MLflow run " not in driver.output:
+        assert driver.read_until("MLflow run ") is not None, driver.output[-3000:]
+    threading.Thread(target=driver.read_until, args=(None,), daemon=True).start()
+    (run_id,) = re.findall(r"MLflow run (\w+) in", driver.output)
+    client = MlflowClient(store_uri(tmp_path))
+    run_dir = client.get_run(run_id).data.tags["run_dir"]
+    driver.process.kill()
+    outlived = assert_nothing_left(run_dir, driver.seen, time.monotonic(), 60)
+    assert outlived < AFTER_DRIVER_KILLED_S, f"ranks outlived it {outlived:.1f} s"
+    assert client.get_run(run_id).info.status == "RUNNING"  # nobody could end it
+    return Lost(run_id, outlived)

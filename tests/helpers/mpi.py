@@ -31,3 +31,21 @@ def mpi_first_on_path(mpi: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     (chosen / "mpirun").symlink_to(f"/usr/bin/{binary}")
     monkeypatch.setenv("PATH", f"{chosen}{os.pathsep}{os.environ['PATH']}")
     return real
+
+
+# The launchers a guarantee is proven under: horovodrun, and mpirun under each MPI.
+LAUNCHERS = ("horovodrun", *(f"mpirun-{mpi}" for mpi in sorted(MPIS)))
+
+
+def use_launcher(
+    launcher: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Set up one of :data:`LAUNCHERS`: the tntrun overrides that choose it and the roles the
+    positive control finds beside its ranks on this host (the driver, the launcher, and
+    MPICH's hydra_pmi_proxy, the daemon between mpiexec and its local ranks)."""
+    if launcher == "horovodrun":
+        return (), ("driver", "horovodrun")
+    mpi = launcher.removeprefix("mpirun-")
+    mpi_first_on_path(mpi, tmp_path, monkeypatch)
+    daemon = ("mpi daemon",) if mpi == "mpich" else ()
+    return ("launcher=mpirun",), ("driver", "mpirun", *daemon)

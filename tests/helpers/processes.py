@@ -5,7 +5,8 @@ this machine's pid namespace), not by ``pgrep -f <run dir>``: the driver, the sr
 rendezvous server, horovodrun's middlemen and slurmstepd have no run directory on
 their command line. The search takes every process whose command line or
 environment names the run directory, the driver (the pid in ``driver.alive``), the
-slurmstepd or MPI daemon (orted, prted, hydra_pmi_proxy) above any of them, and all
+slurmstepd or MPI daemon (orted, prted, hydra_pmi_proxy) above any of them (with the
+slurmstepd right above that daemon: mpirun's srun in an allocation), and all
 their descendants; given what it found while the run ran (pid and start time), also
 those still running, so a process that lost its parent (the driver SIGKILLed, an orphaned
 rank) is still found.
@@ -24,6 +25,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from itertools import dropwhile, takewhile
 from pathlib import Path
 
 from tntrun.contract import run_files
@@ -163,9 +165,10 @@ def run_processes(run_dir: Path | str, known: Iterable[Process] = ()) -> list[Pr
     seeds |= {p.pid for p in known if p.pid in table and table[p.pid].started == p.started}
     if driver is not None:
         seeds.add(driver)
-    for pid in list(seeds):  # the Slurm step (or batch step) or MPI daemon that started it
-        daemons = [p.pid for p in _ancestors(pid, table) if p.comm in HOST_DAEMONS]
-        seeds.update(daemons[:1])
+    for pid in list(seeds):  # the Slurm step (or batch step) or MPI daemon that started it,
+        # and the step that started that daemon (mpirun in an allocation: srun's slurmstepd)
+        above = dropwhile(lambda p: p.comm not in HOST_DAEMONS, _ancestors(pid, table))
+        seeds.update(p.pid for p in takewhile(lambda p: p.comm in HOST_DAEMONS, above))
     children: dict[int, list[int]] = {}
     for p in table.values():
         children.setdefault(p.ppid, []).append(p.pid)

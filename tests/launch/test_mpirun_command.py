@@ -20,6 +20,7 @@ from tntrun.launch.mpirun import (
     OPEN_MPI,
     InstalledMpi,
     MpirunLauncher,
+    launches_through_slurm,
     mpi_kind,
     mpi_problems,
 )
@@ -99,6 +100,19 @@ def test_remote_hosts_are_reached_by_ssh_with_the_horovod_ssh_keys(tmp_path):
     assert "-hosts 10.77.0.1,10.77.0.2 " in " ".join(command)
     assert "-launcher ssh -iface tnt0" in " ".join(command)
     assert env["HYDRA_LAUNCHER_EXTRA_ARGS"] == ssh
+
+
+def test_inside_a_slurm_allocation_the_mpi_reaches_the_hosts_through_slurm_not_ssh(tmp_path):
+    """No ssh pre-flight then (compute nodes often refuse ssh), unless Hydra is told to use
+    ssh by the ssh knobs."""
+    job = {"SLURM_JOB_ID": "7"}
+    plain, keyed = two_hosts(tmp_path), two_hosts(tmp_path, ssh_port=2222)
+    for mpi in (OPENMPI, HYDRA):
+        command = MpirunLauncher(mpi).command(plain)[0]
+        assert launches_through_slurm(command, job)
+        assert not launches_through_slurm(command, {})
+    assert launches_through_slurm(MpirunLauncher(OPENMPI).command(keyed)[0], job)
+    assert not launches_through_slurm(MpirunLauncher(HYDRA).command(keyed)[0], job)
 
 
 def test_every_horovod_knob_reaches_the_ranks_as_a_variable(tmp_path):

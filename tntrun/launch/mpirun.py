@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -196,6 +196,15 @@ def mpich_command(
     return (*args, *spec.worker), launcher_env
 
 
+def launches_through_slurm(command: Sequence[str], environ: Mapping[str, str]) -> bool:
+    """Whether the MPI starts its daemons on the hosts with srun, not ssh: inside a Slurm
+    allocation Open MPI (its slurm plm) and MPICH's Hydra (its slurm launcher) both do, by
+    the job id in their environment, unless Hydra is told ``-launcher ssh`` (ssh knobs).
+    Compute nodes often refuse ssh, so no ssh check may stand in the way then."""
+    in_allocation = bool(environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID"))
+    return in_allocation and "-launcher" not in command
+
+
 class MpirunLauncher(Launcher):
     name = "mpirun"
 
@@ -219,10 +228,12 @@ class MpirunLauncher(Launcher):
         return command, {**env, **launcher_env}
 
     def preflight(self, plan: Plan, run_dir: Path) -> None:
-        """ssh into every remote host and compare versions, as for horovodrun."""
+        """ssh into every remote host and compare versions, as for horovodrun, unless the
+        MPI reaches the hosts through Slurm (then, as for srun, Slurm's nodes are trusted)."""
         from tntrun.launch.horovodrun import HorovodrunLauncher
 
-        HorovodrunLauncher().preflight(plan, run_dir)
+        if not launches_through_slurm(plan.launch_command, os.environ):
+            HorovodrunLauncher().preflight(plan, run_dir)
 
     @contextmanager
     def running(self, plan: Plan) -> Iterator[dict[str, str]]:
