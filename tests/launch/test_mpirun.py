@@ -82,3 +82,27 @@ def test_without_an_mpi_the_run_is_refused_in_one_line(tmp_path, monkeypatch):
             "(apt-get install openmpi-bin, or mpich) or use launcher=horovodrun"
         )
     )
+
+
+@pytest.mark.parametrize("mpi", sorted(MPIS))
+def test_pin_to_socket_binds_through_the_mpi_without_numactl(
+    run_tntrun, tmp_path, monkeypatch, mpi
+):
+    # The MPI binds each rank to its socket: the ranks do not re-execute under numactl, which
+    # need not be installed (this machine has none). On one socket that is a note.
+    mpi_first_on_path(mpi, tmp_path, monkeypatch)
+    pinned = ("launcher=mpirun", "pin_to_socket=true", "sockets_per_node=1")
+    shown = run_tntrun(*pinned, "dry_run=true")
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert "rank 1, host localhost, local rank 1, socket 0, bound by mpirun" in shown.stdout
+    assert "numactl" not in shown.stdout
+    result = run_tntrun(*pinned, "train.epochs=1")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "pin_to_socket=true on nodes of one socket" in result.stderr
+    plan = Plan.load(run_dir_of(result) / "plan.json")
+    assert plan.bound_by == "mpirun"
+    assert {"--bind-to socket", "-bind-to socket"} & {
+        " ".join(plan.launch_command[i : i + 2]) for i in range(len(plan.launch_command))
+    }
+    _, _, run = the_run(tmp_path, result.stdout)
+    assert run.info.status == "FINISHED"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -13,9 +14,11 @@ from tests.helpers.commands import modules_imported
 from tests.helpers.plans import IMAGENET, plan_for
 from tntrun.config.schema import OnNonFinite
 from tntrun.environments.slurm import SlurmEnvironment
+from tntrun.launch import Launcher, LaunchSpec
 from tntrun.planning.plan import MachineFacts, Plan, PlanError
 from tntrun.planning.schedule_steps import scale_learning_rate
 from tntrun.planning.schedules import ScheduleParams, learning_rate
+from tntrun.planning.view import render_plan
 
 
 def test_default_plan_splits_global_batch_over_two_cpu_ranks(compose_cfg):
@@ -279,6 +282,31 @@ def test_every_problem_is_reported_at_once(compose_cfg):
 def test_pinning_without_numactl_is_refused(compose_cfg):
     with pytest.raises(PlanError, match="pin_to_socket=true needs numactl"):
         plan_for(compose_cfg, "pin_to_socket=true", facts=MachineFacts(cores_per_node=2))
+
+
+class SocketBindingLauncher(Launcher):
+    """A launcher that binds the ranks itself, as mpirun does (no MPI needed to plan)."""
+
+    name = "binder"
+    binds_ranks = True
+
+    def command(self, spec: LaunchSpec) -> tuple[tuple[str, ...], dict[str, str]]:
+        return ("binder", "--bind-to", "socket", *spec.worker), {}
+
+
+def test_a_launcher_that_binds_needs_no_numactl_and_the_plan_says_who_binds(compose_cfg):
+    binder = f"launcher={__name__}.SocketBindingLauncher"
+    two_sockets = MachineFacts(cores_per_node=4, sockets_per_node=2)  # and no numactl
+    plan = plan_for(compose_cfg, binder, "pin_to_socket=true", facts=two_sockets)
+    assert plan.bound_by == "binder" and [p.socket for p in plan.placements] == [0, 1]
+    assert "rank 1, host localhost, local rank 1, socket 1, bound by binder" in render_plan(plan)
+    assert not any("one socket" in note for note in plan.notes())
+    itself = plan_for(compose_cfg, "pin_to_socket=true", facts=replace(two_sockets, numactl="n"))
+    assert itself.bound_by == "numactl"
+    assert "local rank 1, numactl --cpunodebind=1 --membind=1" in render_plan(itself)
+    one = plan_for(compose_cfg, binder, "pin_to_socket=true", facts=MachineFacts(2))
+    (note,) = one.notes()
+    assert note.startswith("pin_to_socket=true on nodes of one socket: every rank is bound")
 
 
 @pytest.mark.slow

@@ -63,7 +63,7 @@ def main(argv: list[str]) -> int:
 
     watch_driver(run_dir)  # ends this rank within seconds of its driver (even a SIGKILLed one)
     from tntrun.contract.stop_requests import StopRequests
-    from tntrun.planning.plan import Plan
+    from tntrun.planning.plan import SELF_BINDING, Plan
 
     plan = Plan.load(run_dir / run_files.PLAN)  # all this rank is asked to do
     # Preemption requests (signals, the driver's file) are noted from before TF's import on.
@@ -77,7 +77,8 @@ def main(argv: list[str]) -> int:
     placed_by = os.environ.get(run_files.ENV_RANK_ENVIRONMENT)
     if placed_by:  # Horovod reads its HOROVOD_* variables: map the environment's to them
         os.environ.update(environment_named(placed_by, os.environ).rank_environment(plan.hosts))
-    if plan.pin_to_socket and not os.environ.get(run_files.ENV_PINNED):
+    binds_itself = plan.bound_by == SELF_BINDING  # not a launcher that binds (mpirun)
+    if plan.pin_to_socket and binds_itself and not os.environ.get(run_files.ENV_PINNED):
         pin_to_socket(plan, argv)
     from tntrun.engine.node_sampler import sampling_this_node
 

@@ -20,7 +20,7 @@ from tntrun.contract.run_files import RANK_KERAS
 from tntrun.errors import PlanError
 from tntrun.planning.knobs import HorovodKnob
 from tntrun.planning.machine import MachineFacts
-from tntrun.planning.plan import Plan
+from tntrun.planning.plan import SELF_BINDING, Plan
 from tntrun.registry import find_class
 
 LAUNCHERS = {
@@ -51,6 +51,9 @@ class Launcher:
     """Starts the ranks of a plan. Subclasses override what differs."""
 
     name = ""
+    # Binds each rank to its socket itself with pin_to_socket (else the rank does, under
+    # numactl).
+    binds_ranks = False
 
     def problems(self, spec: LaunchSpec) -> list[str]:
         """Why this launcher cannot run ``spec`` (pure; the planner reports them)."""
@@ -111,10 +114,18 @@ def with_launch_command(plan: Plan, facts: MachineFacts) -> Plan:
         env=facts.env,
     )
     problems = launcher.problems(spec)
+    if plan.pin_to_socket and not launcher.binds_ranks and facts.numactl is None:
+        problems.append(
+            "pin_to_socket=true needs numactl, which is not installed: install it "
+            "(apt-get install numactl), use launcher=mpirun (it binds the ranks itself) "
+            "or set pin_to_socket=false"
+        )
     if problems:
         raise PlanError(problems)
     command, env = launcher.command(spec)
-    return replace(plan, launch_command=command, launch_env=tuple(sorted(env.items())))
+    bound_by = launcher.name if launcher.binds_ranks else SELF_BINDING
+    launch_env = tuple(sorted(env.items()))
+    return replace(plan, launch_command=command, launch_env=launch_env, bound_by=bound_by)
 
 
 def launcher_for(name: str) -> Launcher:

@@ -207,6 +207,7 @@ def launches_through_slurm(command: Sequence[str], environ: Mapping[str, str]) -
 
 class MpirunLauncher(Launcher):
     name = "mpirun"
+    binds_ranks = True  # --bind-to socket, -bind-to socket
 
     def __init__(self, mpi: InstalledMpi | None = None) -> None:
         self._mpi = mpi  # found on first use (the driver's PATH), unless given

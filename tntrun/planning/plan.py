@@ -23,6 +23,8 @@ from tntrun.planning.machine import MachineFacts
 from tntrun.planning.resume import ResumePoint
 from tntrun.planning.schedules import ScheduleParams
 
+SELF_BINDING = "numactl"  # a rank binds itself: it re-executes under numactl
+
 __all__ = ["DatasetInfo", "MachineFacts", "Plan", "PlanError", "ResumePoint"]
 
 
@@ -72,6 +74,9 @@ class Plan:
     # Rendered by the launcher from the plan (tntrun.launch.with_launch_command), recorded here.
     launch_command: tuple[str, ...] = ()
     launch_env: tuple[tuple[str, str], ...] = ()
+    # pin_to_socket: who binds each rank to its socket, the rank itself under numactl or a
+    # launcher that binds (mpirun's --bind-to socket).
+    bound_by: str = SELF_BINDING
 
     def to_json(self) -> str:
         raw = dataclasses.asdict(replace(self, settings=None))
@@ -131,6 +136,11 @@ class Plan:
                 f"{self.scaled_lr:g}"
             )
         notes = ["; ".join(parts)] if parts else []
+        if self.pin_to_socket and {p.socket for p in self.placements} == {0}:
+            notes.append(
+                "pin_to_socket=true on nodes of one socket: every rank is bound to socket 0, "
+                "which is all of the node (sockets_per_node=1 here)"
+            )
         if self.gpus_per_node == 0 and any(k.key == "hierarchical_allreduce" for k in self.horovod):
             notes.append(
                 "horovod.hierarchical_allreduce=true has no effect on CPU ranks (gpus=0): "

@@ -128,23 +128,18 @@ def checked_layout(
         problems, lambda: batch_sizes(settings, world, data.input_shape[0])
     )
     knobs = _collect(problems, lambda: horovod_knobs(settings.horovod, run_dir))
-    problems.extend(setting_problems(settings, facts, world))
+    problems.extend(setting_problems(settings, world))
     if problems or not batches or not hosts or knobs is None:
         raise PlanError(problems)
     return Layout(per_node, hosts, world, *batches, knobs)
 
 
-def setting_problems(settings: Settings, facts: MachineFacts, world: int | None) -> list[str]:
+def setting_problems(settings: Settings, world: int | None) -> list[str]:
     """Values out of range, and settings this machine or layout cannot honour."""
     problems = value_problems(settings)
     epochs = settings.train.epochs
     if epochs < 1:
         problems.append(f"train.epochs={epochs}: train for at least 1 epoch")
-    if settings.pin_to_socket and facts.numactl is None:
-        problems.append(
-            "pin_to_socket=true needs numactl, which is not installed: "
-            "install it (apt-get install numactl) or set pin_to_socket=false"
-        )
     if settings.predict_scaling:
         problems.extend(predict_scaling_problems(world, epochs))
     threads = settings.threads_per_rank

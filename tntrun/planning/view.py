@@ -6,7 +6,7 @@ import shlex
 
 import numpy as np
 
-from tntrun.planning.plan import Plan
+from tntrun.planning.plan import SELF_BINDING, Plan
 from tntrun.planning.schedules import learning_rate
 
 # train.precision as the dry run describes it.
@@ -147,8 +147,10 @@ def render_plan(plan: Plan) -> str:
     lines += ["", "== Ranks =="]
     for p in plan.placements:
         where = [f"rank {p.rank}", f"host {p.host}", f"local rank {p.local_rank}"]
-        if p.socket is not None:
+        if p.socket is not None and plan.bound_by == SELF_BINDING:
             where.append(f"numactl --cpunodebind={p.socket} --membind={p.socket}")
+        elif p.socket is not None:
+            where.append(f"socket {p.socket}, bound by {plan.bound_by}")
         if p.gpu is not None:
             where.append(f"GPU {p.gpu}")
         lines.append(", ".join(where))
