@@ -108,14 +108,14 @@ class Supervisor:
         """Pre-flight, start and follow the ranks (restarting them as allowed); how they ended."""
         status, stalled, refused = RunStatus.FAILED, None, ()
         try:
-            with self.stopping.installed(), self.launcher.running(self.plan) as extra:
+            with self.stopping.installed():
                 try:
                     self.launcher.preflight(self.plan, self.run_dir)  # before any rank
                 except PlanError as err:  # recorded on a FAILED run, reported as a config error
                     refused = tuple(err.problems)
                     events.refused(refused)
                 else:
-                    result = self.follow(extra, events)
+                    result = self.follow(events)
                     status, stalled = result.status, result.stalled
                     if self.preempted() or (
                         self.stopping.received and status != RunStatus.FINISHED
@@ -139,28 +139,35 @@ class Supervisor:
         if self.job is not None:
             self.job.terminate()
 
-    def follow(self, extra_env: Mapping[str, str], events: RankEvents) -> LaunchResult:
+    def follow(self, events: RankEvents) -> LaunchResult:
         """Start the ranks, follow them until they end, restart them after a failure."""
         env = {
             **dict(self.plan.launch_env),
-            **extra_env,
             run_files.ENV_DRIVER_START: repr(DRIVER_START),
             run_files.ENV_USER_PATH: os.getcwd(),
             run_files.ENV_LIVE_PROGRESS: "1" if sys.stdout.isatty() else "0",
         }
         heartbeat = DriverHeartbeat(self.run_dir)  # the ranks end within seconds of ours
         heartbeat.start()
-        self.job = self.start_ranks(env)
-        events.ranks_started(self.stop_ranks)
         try:
-            outcome = self.job.follow()
+            outcome = self.attempt(env, lambda: events.ranks_started(self.stop_ranks))
             while self.restart_after(outcome, events):
-                self.job = self.start_ranks(env)
-                outcome = self.job.follow()
+                outcome = self.attempt(env)
             return outcome
         finally:
             heartbeat.stop()
             events.ranks_ended()
+
+    def attempt(
+        self, env: Mapping[str, str], started: Callable[[], None] = lambda: None
+    ) -> LaunchResult:
+        """Start the ranks once and follow them, with what their launcher serves beside them
+        (srun's and mpirun's Gloo rendezvous: a fresh one each attempt, so no entry of a
+        failed attempt meets the next one's ranks)."""
+        with self.launcher.running(self.plan) as extra:
+            self.job = self.start_ranks({**env, **extra})
+            started()
+            return self.job.follow()
 
     def start_ranks(self, env: Mapping[str, str]) -> RankJob:
         log.debug("tntrun: launching the ranks: %s", shlex.join(self.plan.launch_command))
