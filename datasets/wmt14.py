@@ -23,16 +23,16 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from itertools import islice, zip_longest
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tntrun.datasets.base import DatasetInfo
+from tntrun.datasets.text_files import atomic_write, pair_chunks, read_lines
 from tntrun.datasets.translation_text import (
     BOS_ID,
     EOS_ID,
@@ -47,7 +47,6 @@ if TYPE_CHECKING:
     import tensorflow as tf
 
 FILE_KEYS = ("train_source", "train_target", "val_source", "val_target")
-ENCODE_CHUNK = 100_000
 HOW_TO_FIX = (
     "put line-aligned parallel text there (e.g. WMT14 en-de: train.en/train.de and "
     "newstest2014.en/newstest2014.de) or set dataset.data_dir and the file name keys"
@@ -85,37 +84,6 @@ def sentences_per_batch(batch_tokens: int, max_length: int) -> int:
     if sentences < 1:
         raise ValueError(f"batch_tokens={batch_tokens} is less than one max_length={max_length}")
     return sentences
-
-
-def _atomic_write(path: Path, write) -> None:
-    """``write(temporary path)`` then rename: concurrent ranks never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def _read_lines(path: Path) -> list[str]:
-    with path.open(encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
-
-
-def _pair_chunks(source: Path, target: Path, split: str) -> Iterator[tuple[list[str], list[str]]]:
-    """Aligned (source lines, target lines) chunks; ValueError when the line counts differ."""
-    with source.open(encoding="utf-8") as src, target.open(encoding="utf-8") as tgt:
-        pairs = zip_longest(src, tgt)
-        while chunk := list(islice(pairs, ENCODE_CHUNK)):
-            if chunk[-1][0] is None or chunk[-1][1] is None:
-                raise ValueError(
-                    f"dataset.{split}_source and dataset.{split}_target differ in lines "
-                    f"({source} vs {target}): the files must be line-aligned"
-                )
-            yield [s.rstrip("\n") for s, _ in chunk], [t.rstrip("\n") for _, t in chunk]
 
 
 class Wmt14Dataset:
@@ -247,7 +215,7 @@ class Wmt14Dataset:
             f"{side}_{kind}": [] for side in ("source", "target") for kind in ("values", "lengths")
         }
         total = 0
-        for sources, targets in _pair_chunks(
+        for sources, targets in pair_chunks(
             self.files[f"{split}_source"], self.files[f"{split}_target"], split
         ):
             total += len(sources)
@@ -278,10 +246,10 @@ class Wmt14Dataset:
         meta: dict[str, Any] = {"vocab_size": int(self.processor.get_piece_size())}
         for split in ("train", "val"):
             arrays, dropped = self._encode_split(split)
-            _atomic_write(folder / f"{split}.npz", lambda p, a=arrays: np.savez(p, **a))
+            atomic_write(folder / f"{split}.npz", lambda p, a=arrays: np.savez(p, **a))
             meta[f"num_{split}"] = len(arrays["source_lengths"])
             meta[f"dropped_{split}"] = dropped
-        _atomic_write(meta_file, lambda p: p.write_text(json.dumps(meta, indent=2)))
+        atomic_write(meta_file, lambda p: p.write_text(json.dumps(meta, indent=2)))
         return meta
 
     # -- the dataset protocol ------------------------------------------------
@@ -364,4 +332,4 @@ class Wmt14Dataset:
 
     def val_text(self) -> tuple[list[str], list[str]]:
         """(sources, references) of the whole validation files, for BLEU."""
-        return _read_lines(self.files["val_source"]), _read_lines(self.files["val_target"])
+        return read_lines(self.files["val_source"]), read_lines(self.files["val_target"])

@@ -19,10 +19,10 @@ from tntrun.datasets.imagenet import (  # noqa: E402
     MEAN_RGB,
     STDDEV_RGB,
     ImagenetDataset,
-    count_records,
     eval_image,
     train_crop,
 )
+from tntrun.datasets.imagenet_files import count_records  # noqa: E402
 from tntrun.datasets.pixels import normalize_channels  # noqa: E402
 from tntrun.planning.plan import DatasetInfo  # noqa: E402
 
