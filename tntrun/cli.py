@@ -16,8 +16,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from tntrun.config.checks import choice_problems, split_argv
-from tntrun.config.compose import CONFIG_NAME, user_choices
+from tntrun.config.checks import choice_problems, split_argv, user_choices
+from tntrun.config.compose import CONFIG_NAME
 from tntrun.config.schema import register
 from tntrun.config.user_code import add_user_path
 from tntrun.console import ensure_console

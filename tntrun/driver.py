@@ -30,7 +30,14 @@ from tntrun.planning.plan import Plan
 from tntrun.planning.resume import AUTO, ResumedRun, first_resumable, load_resumed_run
 from tntrun.planning.schedule_chart import write_schedule_chart
 from tntrun.planning.view import render_plan
-from tntrun.preparation import PlanInputs, TypedExperiment, gather_facts, prepare, typed_experiment
+from tntrun.preparation import (
+    Facts,
+    PlanInputs,
+    TypedExperiment,
+    gather_facts,
+    prepare,
+    typed_experiment,
+)
 from tntrun.tracking import Tracker, tracker_for
 from tntrun.tracking.opening import RunOrigin
 from tntrun.tracking.recorder import Recorder
@@ -58,7 +65,7 @@ def run(exp: Experiment) -> RunResult:
         typed = typed_experiment(exp.config, exp.overrides, allocated)
         settings = typed.settings
         tracker = tracker_for(settings.tracker_settings(), Path(settings.output_root))
-        reference, how = resume_reference(typed, tracker, facts.cluster)
+        reference, how = resume_reference(typed, tracker, facts)
         resumed = resume_of(exp, settings, tracker, reference, how) if reference else None
         if resumed:  # the stored config, with the layout filled as for a new run
             typed = typed_experiment(resumed.config, exp.overrides, allocated)
@@ -98,13 +105,12 @@ def run(exp: Experiment) -> RunResult:
 
 
 def resume_reference(
-    typed: TypedExperiment, tracker: Tracker, cluster: ClusterEnvironment
+    typed: TypedExperiment, tracker: Tracker, facts: Facts
 ) -> tuple[str | None, str]:
     """The run to continue and how it was chosen: ``resume=`` as given; for ``resume=auto``
     the newest unfinished run of this config with a checkpoint, and for a requeued Slurm
     job the newest of that job (None: start a new run)."""
-    resume = typed.settings.resume
-    job = cluster.requeued_job()
+    resume, job, cluster = typed.settings.resume, facts.requeued_job, facts.cluster
     if resume not in (None, AUTO):
         return resume, f"resume={resume}"
     if job is not None:

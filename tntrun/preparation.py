@@ -33,15 +33,18 @@ from tntrun.planning.resume import ResumePoint
 @dataclass(frozen=True)
 class Facts:
     """Where the driver runs, learnt once per run: the cluster environment (its allocation,
-    job tags, requeue) and this machine (cores, GPUs, interpreter)."""
+    job tags, requeue), this machine (cores, GPUs, interpreter) and the job the scheduler
+    requeued, if it did (a run to continue)."""
 
     cluster: ClusterEnvironment
     machine: MachineFacts
+    requeued_job: str | None = None
 
 
 def gather_facts(environ: Mapping[str, str] = os.environ) -> Facts:
     cluster = detect(environ)
-    return Facts(cluster, machine_facts(cluster))
+    requeued = cluster.requeued_job()
+    return Facts(cluster, machine_facts(cluster), requeued)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ user config directory (``--config-dir``, ``hydra.searchpath``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -127,3 +127,12 @@ def choice_problems(overrides: Sequence[str], config_dirs: Iterable[str] = ()) -
             if choice != "null" and choice not in options:
                 problems.append(f"{group}={choice}: no such {group}; {listing}")
     return problems
+
+
+def user_choices(choices: Mapping[str, Any]) -> dict[str, str]:
+    """Hydra's ``runtime.choices`` without Hydra's own groups and the schemas."""
+    return {
+        g: str(v)
+        for g, v in choices.items()
+        if not g.startswith(("hydra/", "schema/")) and v is not None
+    }

@@ -7,28 +7,19 @@ same config here, with the same schema, checks and user config directory.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from tntrun.config.checks import choice_problems
+from tntrun.config.checks import choice_problems, user_choices
 from tntrun.config.schema import register
 from tntrun.environments import Allocation, layout_from_hosts
 from tntrun.errors import PlanError
 
 CONFIG_MODULE = "tntrun.conf"
 CONFIG_NAME = "config"
-
-
-def user_choices(choices: Mapping[str, Any]) -> dict[str, str]:
-    """Hydra's ``runtime.choices`` without Hydra's own groups and the schemas."""
-    return {
-        g: str(v)
-        for g, v in choices.items()
-        if not g.startswith(("hydra/", "schema/")) and v is not None
-    }
 
 
 def compose_config(
