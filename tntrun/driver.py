@@ -24,6 +24,7 @@ from tntrun.environments import ClusterEnvironment
 from tntrun.errors import PlanError
 from tntrun.experiment import Experiment, RunResult, config_error
 from tntrun.launch import keras_override_note
+from tntrun.launch.discovery import discovery_problems
 from tntrun.launch.supervisor import Outcome, Supervisor
 from tntrun.planning.machine import device_problems, tensorboard_problems
 from tntrun.planning.plan import Plan
@@ -84,6 +85,8 @@ def run(exp: Experiment) -> RunResult:
         return RunResult(RunStatus.PLANNED, 0, run_dir, plan=plan)
     problems = device_problems(plan.hosts, plan.gpus_per_node, facts.machine)
     problems += tensorboard_problems(plan.settings.train.tensorboard)
+    if plan.elastic_nodes is not None:
+        problems += discovery_problems(plan.settings.elastic.discovery, plan.ranks_per_node)
     problems = problems or tracker.problems()
     if problems:
         return config_error(problems, run_dir)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -89,9 +89,19 @@ class PlanInputs:
     machine: MachineFacts
     run_dir: Path
 
-    def plan(self, resume: ResumePoint | None = None) -> Plan:
+    def plan(
+        self, resume: ResumePoint | None = None, hosts: Sequence[tuple[str, int]] | None = None
+    ) -> Plan:
+        """The plan from ``resume`` (default: the start); on ``hosts`` instead of the
+        configured ones (an elastic run's new size)."""
+        settings = self.settings
+        if hosts is not None:  # the node range stays the one the run started with
+            on = [host for host, _ in hosts]
+            top = settings.elastic.max_nodes or settings.nodes
+            elastic = replace(settings.elastic, max_nodes=top)
+            settings = replace(settings, hosts=on, hostfile=None, nodes=len(on), elastic=elastic)
         planned = build_plan(
-            self.settings, self.config_hash, self.info, self.machine, self.run_dir, resume
+            settings, self.config_hash, self.info, self.machine, self.run_dir, resume
         )
         return with_launch_command(planned, self.machine)
 

@@ -1,7 +1,8 @@
-"""The test hosts: two network namespaces with sshd each (scripts/netns_hosts.sh)."""
+"""The test hosts: network namespaces with sshd each (scripts/netns_hosts.sh)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +11,7 @@ from tests.helpers.components import require_commands, require_root
 from tests.helpers.paths import SCRIPTS
 
 NETNS_HOSTS = str(SCRIPTS / "netns_hosts.sh")
+SPARE_HOSTS = 1
 
 
 @dataclass(frozen=True)
@@ -20,6 +22,7 @@ class NetnsHosts:
     names: tuple[str, ...]
     port: str
     key: str
+    spare: tuple[str, ...] = ()  # the hosts beyond the two (tnt-h3): elastic runs grow there
 
     def ssh_overrides(self) -> tuple[str, ...]:
         return (
@@ -51,13 +54,17 @@ def require_netns_hosts() -> None:
 
 
 def netns_hosts_up(state: Path) -> NetnsHosts:
-    """Start the two hosts, their state in ``state``."""
-    up = subprocess.run(["bash", NETNS_HOSTS, "up", str(state)], capture_output=True, text=True)
+    """Start the hosts, their state in ``state``: the two every multi-host test uses, and a
+    third that only the elastic runs use (``spare``)."""
+    env = {**os.environ, "TNT_HOSTS": str(2 + SPARE_HOSTS)}
+    up = subprocess.run(
+        ["bash", NETNS_HOSTS, "up", str(state)], capture_output=True, text=True, env=env
+    )
     assert up.returncode == 0, up.stderr
     lines = [line.split() for line in up.stdout.splitlines()]
-    return NetnsHosts(
-        tuple(line[0] for line in lines), ("tnt-h1", "tnt-h2"), lines[0][1], lines[0][2]
-    )
+    addresses = tuple(line[0] for line in lines)
+    port, key = lines[0][1], lines[0][2]
+    return NetnsHosts(addresses[:2], ("tnt-h1", "tnt-h2"), port, key, addresses[2:])
 
 
 def netns_hosts_down(state: Path) -> None:

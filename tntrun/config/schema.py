@@ -222,6 +222,25 @@ class CheckpointConfig:
 
 
 @dataclass
+class ElasticConfig:
+    # Elastic runs (off while min_nodes is null): training goes on at any node count from
+    # min_nodes to max_nodes (null: the nodes it starts with) as hosts are lost or come
+    # back, with the same global batch, learning-rate schedule and optimisation.
+    min_nodes: int | None = None
+    max_nodes: int | None = None
+    # A command that prints the available hosts, host[:slots] a line (Horovod's
+    # convention); null: the hosts the run starts on (hosts, hostfile, the allocation).
+    discovery: str | None = None
+    # Rank 0 commits (checkpoints) the state every this many training steps: the most
+    # work a lost host costs.
+    commit_every_steps: int = 50
+    # Below min_nodes: wait this long (s) for hosts to come back, then end FAILED.
+    timeout_s: float = 120.0
+    # How often discovery is asked, while training, whether hosts came (back) (s).
+    discovery_interval_s: float = 5.0
+
+
+@dataclass
 class TntrunConfig:
     """The primary config. Layout keys are top-level: ``tntrun nodes=2 gpus=4``."""
 
@@ -233,6 +252,7 @@ class TntrunConfig:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    elastic: ElasticConfig = field(default_factory=ElasticConfig)
     # Extra Keras callbacks: name -> {_target_: ..., ranks: master_only|all_ranks, ...}.
     callbacks: dict[str, Any] = field(default_factory=dict)
 

@@ -36,6 +36,7 @@ VOLATILE_KEYS = (
     "resume",
     "resume_allow_layout_change",
     "callbacks",
+    "elastic",  # how the run may resize, not what it trains
 )
 # Keys that only say where the ranks run: the same experiment on another layout has the same
 # hash, so resume=auto finds it; the checkpoint's world size tells the layout changed.

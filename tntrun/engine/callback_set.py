@@ -19,6 +19,7 @@ from tntrun.contract.run_files import ENV_LIVE_PROGRESS, HEARTBEATS, PRECISION, 
 from tntrun.contract.stop_requests import StopRequests
 from tntrun.engine.bleu import BleuEvaluation
 from tntrun.engine.checkpointing import Checkpointer
+from tntrun.engine.commits import Commits
 from tntrun.engine.heartbeat import Heartbeat
 from tntrun.engine.metric_callbacks import (
     AverageTrainMetrics,
@@ -61,6 +62,13 @@ class RankCallbacks:
     sync_guard: WeightSyncGuard
     preemption: PreemptionGuard
     metrics_log: MetricsWriter | None  # rank 0's metrics stream to the driver
+    commits: Commits | None = None  # rank 0 of an elastic run
+
+    def start_at_batch(self, batch: int) -> None:
+        """A resumed epoch starts past its first ``batch`` batches: tell those that count."""
+        for counter in (self.preemption, self.commits):
+            if counter is not None:
+                counter.start_at_batch(batch)
 
 
 def build_callbacks(
@@ -99,8 +107,19 @@ def build_callbacks(
     callbacks.append(stop_agreement.after)  # before rank 0's checkpoint: it sees the stop
     if metrics_log is not None:
         callbacks += master_callbacks(plan, run_dir, data, metrics_log, save_model, agreement)
+    commits = elastic_commits(plan, run_dir) if data.rank == 0 else None
+    callbacks += [commits] if commits else []
     callbacks.append(Heartbeat(run_dir / HEARTBEATS, data.rank))  # last: see Heartbeat
-    return RankCallbacks(callbacks, throughput, sync_guard, preemption, metrics_log)
+    return RankCallbacks(callbacks, throughput, sync_guard, preemption, metrics_log, commits)
+
+
+def elastic_commits(plan: Plan, run_dir: Path) -> Commits | None:
+    """An elastic run's commits (rank 0), after the guards: a bad step is not committed."""
+    if plan.elastic_nodes is None:
+        return None
+    every, keep = plan.settings.elastic.commit_every_steps, plan.settings.checkpoint.keep
+    meta = checkpoint_meta(plan)
+    return Commits(run_dir, every, keep, plan.steps_per_epoch, plan.epochs, meta)
 
 
 def _progress_line(metrics: dict[str, float], epoch: int, epochs: int) -> str:

@@ -81,7 +81,7 @@ def fit_from(
     streams come shuffled by tntrun's input pipeline (``shuffle=False``: Keras cannot)."""
     spe, history, callbacks = plan.steps_per_epoch, None, hooks.callbacks
     if batch:
-        hooks.preemption.start_at_batch(batch)
+        hooks.start_at_batch(batch)
         history = model.fit(
             train_ds.skip(batch),
             epochs=epoch + 1,

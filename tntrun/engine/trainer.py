@@ -45,6 +45,9 @@ def train(plan: Plan, run_dir: Path, requests: StopRequests | None = None) -> di
         return save_clean_model(net.model, plan.settings.model, data.info, path)
 
     hooks = build_callbacks(plan, run_dir, data, net.agreement, save_model, requests)
+    if hooks.metrics_log is not None and plan.elastic_nodes is not None:
+        # Each start of an elastic run's ranks: the UI's world_size chart shows every resize.
+        hooks.metrics_log.log({"world_size": size}, step=plan.initial_step)
     history = fit(plan, run_dir, data, net, hooks)
     return finish(plan, run_dir, data, net, hooks, history)
 

@@ -16,6 +16,7 @@ import shlex
 import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -28,6 +29,8 @@ from tntrun.contract.rank_logs import RankLogWriter
 from tntrun.contract.run_status import RunStatus
 from tntrun.errors import PlanError
 from tntrun.launch import launcher_for
+from tntrun.launch.discovery import Hosts
+from tntrun.launch.elastic import ElasticHosts
 from tntrun.launch.preemption import StopOnSignals
 from tntrun.launch.rank_job import LaunchResult, RankJob, StallWatch
 from tntrun.launch.restarts import archive_attempt
@@ -35,6 +38,9 @@ from tntrun.planning.plan import Plan
 from tntrun.planning.resume import ResumePoint
 
 log = logging.getLogger(__name__)
+
+# A new plan from a checkpoint: the same layout, or (an elastic resize) on other hosts.
+Replan = Callable[[ResumePoint, "Hosts | None"], Plan]
 
 DRIVER_START = process_start_time()  # ranks report their first step relative to it
 
@@ -89,12 +95,14 @@ class RankEvents(Protocol):
 class Supervisor:
     """The ranks of one launch (see the module doc)."""
 
-    def __init__(self, plan: Plan, run_dir: Path, replan: Callable[[ResumePoint], Plan]) -> None:
+    def __init__(self, plan: Plan, run_dir: Path, replan: Replan) -> None:
         self.plan, self.run_dir = plan, run_dir
         self.replan = replan  # the plan to continue from a checkpoint with (raises PlanError)
         self.launcher = launcher_for(plan.launcher)
         self.job: RankJob | None = None
         self.restarts = 0  # of the ranks after a failure in this launch (train.max_restarts)
+        self.elastic = ElasticHosts(plan, self.ask_ranks_to_stop) if plan.elastic_nodes else None
+        self.too_few_hosts = False  # an elastic run below min_nodes for too long
         train = plan.settings.train
         self.stopping = StopOnSignals(
             run_dir,
@@ -164,7 +172,8 @@ class Supervisor:
         """Start the ranks once and follow them, with what their launcher serves beside them
         (srun's and mpirun's Gloo rendezvous: a fresh one each attempt, so no entry of a
         failed attempt meets the next one's ranks)."""
-        with self.launcher.running(self.plan) as extra:
+        watching = self.elastic.watching(self.plan.hosts) if self.elastic else nullcontext()
+        with self.launcher.running(self.plan) as extra, watching:
             self.job = self.start_ranks({**env, **extra})
             started()
             return self.job.follow()
@@ -184,26 +193,72 @@ class Supervisor:
         )
 
     def restart_after(self, outcome: LaunchResult, events: RankEvents) -> bool:
-        """After a failed attempt, re-plan from the newest checkpoint (train.max_restarts)."""
-        limit = self.plan.settings.train.max_restarts
-        if outcome.status != RunStatus.FAILED or self.restarts >= limit or self.stopping.received:
+        """After an attempt: an elastic run goes on with the hosts it has now; after a
+        failed attempt, re-plan from the newest checkpoint (train.max_restarts)."""
+        if self.stopping.received:
             return False
+        hosts = self.elastic_hosts(outcome)
+        if hosts is not None:
+            return self.restart(outcome, events, hosts)
+        limit = self.plan.settings.train.max_restarts
+        if outcome.status != RunStatus.FAILED or self.restarts >= limit or self.too_few_hosts:
+            return False
+        return self.restart(outcome, events)
+
+    def elastic_hosts(self, outcome: LaunchResult) -> Hosts | None:
+        """The hosts an elastic run goes on with after this attempt (None: the same ones,
+        or not elastic)."""
+        if self.elastic is None:
+            return None
+        if self.elastic.growing and self.preempted():  # stopped for hosts that came
+            for name in (run_files.PREEMPTED, run_files.STOP_REQUEST):
+                (self.run_dir / name).unlink(missing_ok=True)
+            return self.elastic.growing
+        if outcome.status != RunStatus.FAILED:
+            return None
+        hosts = self.elastic.after_failure(self.plan.hosts)
+        self.too_few_hosts = hosts is None
+        return hosts if hosts and set(hosts) != set(self.plan.hosts) else None
+
+    def ask_ranks_to_stop(self, why: str) -> None:
+        """Ask the ranks to stop together at the next step and checkpoint there."""
+        (self.run_dir / run_files.STOP_REQUEST).write_text(why)
+        log.info(f"tntrun: {why}: the ranks stop at the next step, checkpoint it and go on")
+
+    def restart(self, outcome: LaunchResult, events: RankEvents, hosts: Hosts | None = None):
+        """Re-plan from the newest checkpoint (on ``hosts``: an elastic resize, else the same
+        layout: a restart) and go on in the same run; False when that cannot be planned."""
         checkpoint = latest_checkpoint(self.run_dir)
         try:
             if checkpoint is None:
                 raise PlanError("the run wrote no checkpoint to restart from")
-            plan = self.replan(ResumePoint(str(checkpoint), read_meta(checkpoint)))
+            point = ResumePoint(str(checkpoint), read_meta(checkpoint), hosts is not None)
+            plan = self.replan(point, hosts)
         except PlanError as err:
             log.warning(f"tntrun: not restarting the ranks: {'; '.join(err.problems)}")
             return False
-        self.restarts += 1
         number = events.restarting()
         why = archive_attempt(self.run_dir, number, outcome.stalled)
+        if hosts is None:
+            self.restarts += 1
+            limit = self.plan.settings.train.max_restarts
+            said = f"{why}; restart {self.restarts} of {limit} (train.max_restarts)"
+        else:
+            why = said = resize_reason(self.plan, plan)
         self.plan = plan
         plan.save(self.run_dir / run_files.PLAN)
-        log.info(
-            f"tntrun: {why}; restart {self.restarts} of {limit} (train.max_restarts) from "
-            f"{checkpoint.name}, in the same run"
-        )
+        log.info(f"tntrun: {said} from {checkpoint.name}, in the same run")
         events.restarted(number, f"{why}; from {checkpoint.name}", plan)
         return True
+
+
+def resize_reason(before: Plan, after: Plan) -> str:
+    """How an elastic run changed size, for the log and the run's tags."""
+    old, new = {h for h, _ in before.hosts}, {h for h, _ in after.hosts}
+    change = [f"{', '.join(sorted(old - new))} lost"] if old - new else []
+    change += [f"{', '.join(sorted(new - old))} joined"] if new - old else []
+    return (
+        f"elastic: {before.nodes} -> {after.nodes} node(s), {before.world_size} -> "
+        f"{after.world_size} ranks ({'; '.join(change)}), global batch "
+        f"{after.global_batch_size} = {after.world_size} x {after.micro_batch_size}"
+    )

@@ -60,6 +60,7 @@ class Plan:
     fusion_threshold_bytes: int | None
     horovod: tuple[HorovodKnob, ...]
     launcher: str
+    elastic_nodes: tuple[int, int] | None  # (min, max) nodes an elastic run may go on at
     # The typed settings the plan was derived from: all a rank reads besides the plan's own
     # numbers (its policies: restarts, checkpoints, preemption, tracking, evaluation).
     settings: Settings
@@ -99,6 +100,8 @@ class Plan:
         raw["worker"] = tuple(raw.get("worker", ()))
         raw["launch_command"] = tuple(raw["launch_command"])
         raw["launch_env"] = tuple(tuple(kv) for kv in raw["launch_env"])
+        elastic = raw.get("elastic_nodes")  # absent from plans written before elastic runs
+        raw["elastic_nodes"] = tuple(elastic) if elastic else None
         if config_file is None:
             raw["settings"] = settings_of(raw["settings"])
         return cls(**raw)

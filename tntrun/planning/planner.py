@@ -20,6 +20,7 @@ from tntrun.config.values import value_problems
 from tntrun.config.zoo import distributes_automatically
 from tntrun.datasets.base import DatasetInfo
 from tntrun.errors import PlanError
+from tntrun.planning.elastic import elastic_problems, node_range
 from tntrun.planning.knobs import HorovodKnob, horovod_knobs
 from tntrun.planning.layout import LayoutError, place_ranks, ranks_per_node, resolve_hosts
 from tntrun.planning.machine import MachineFacts
@@ -129,6 +130,7 @@ def checked_layout(
     )
     knobs = _collect(problems, lambda: horovod_knobs(settings.horovod, run_dir))
     problems.extend(setting_problems(settings, world))
+    problems.extend(elastic_problems(settings, per_node))
     if problems or not batches or not hosts or knobs is None:
         raise PlanError(problems)
     return Layout(per_node, hosts, world, *batches, knobs)
@@ -260,6 +262,7 @@ def build_plan(
         fusion_threshold_bytes=fusion,
         horovod=layout.knobs,
         launcher=settings.launcher,
+        elastic_nodes=node_range(settings),
         settings=settings,
         config_hash=config_hash,
         resume_from=None if resume is None else resume.checkpoint,

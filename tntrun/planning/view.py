@@ -47,6 +47,19 @@ def _layout_rows(plan: Plan) -> Rows:
             if plan.jit_compile
             else "off",
         ),
+        *_elastic_rows(plan),
+    ]
+
+
+def _elastic_rows(plan: Plan) -> Rows:
+    if plan.elastic_nodes is None:
+        return []
+    low, high = plan.elastic_nodes
+    sizes = ", ".join(str(n * plan.ranks_per_node) for n in range(low, high + 1))
+    every = plan.settings.elastic.commit_every_steps
+    return [
+        ("elastic", f"{low}..{high} node(s): world sizes {sizes}, same global batch"),
+        ("elastic commits", f"every {every} steps (the most work a lost host costs)"),
     ]
 
 

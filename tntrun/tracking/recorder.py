@@ -42,7 +42,7 @@ from tntrun.tracking.opening import (
     user_tags,
 )
 from tntrun.tracking.outage import Pending, describe, is_outage, sync_line
-from tntrun.tracking.run_record import failure_reason
+from tntrun.tracking.run_record import failure_reason, start_layout_tags
 from tntrun.tracking.session import TrackingSession
 
 log = logging.getLogger(__name__)
@@ -116,6 +116,8 @@ class Recorder:
             if self.tracker.run_id:
                 self.tracker.set_tag("restarts", str(self._restarts))
                 self.tracker.set_tag(f"restart.{number}", detail)
+                for key, value in start_layout_tags(plan).items():  # an elastic resize's
+                    self.tracker.set_tag(key, value)
 
     def ranks_ended(self) -> None:
         """Let the relay send what is left; re-raises a failure to open the run."""
