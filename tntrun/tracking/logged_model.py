@@ -192,7 +192,7 @@ def register_best_job(
         print(f"tntrun: note: job run {best.run_id} logged no model: nothing registered")
         return
     tags = version_tags(best.run_id, best.tags.get("config_hash", ""), model_id, role)
-    alias = tracking.get("register_alias") or None
+    alias = tracking.register_alias or None
     try:
         version = tracker.register_model(model_id, name, alias, tags)
     except Exception as err:  # the sweep's record stands; its parent still ends

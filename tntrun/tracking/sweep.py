@@ -113,13 +113,15 @@ class SweepTracking(Callback):
         statuses = [child.status for child in children]
         tracker.set_tag("children", str(len(children)))
         tracker.set_tag("children.finished", str(statuses.count(RunStatus.FINISHED)))
-        if children:
-            write_report(tracker, children, sweep_dir / "report")
-            tracking = tracking_settings(OmegaConf.to_container(config.tracking, resolve=True))
-            report_repeats(tracker, children, tracking.objective)
-            register_best_job(tracker, children, tracking, sweeper_direction(config))
-        ok = statuses and all(status == RunStatus.FINISHED for status in statuses)
-        tracker.finish(RunStatus.FINISHED if ok else RunStatus.FAILED)
+        ok = bool(statuses) and all(status == RunStatus.FINISHED for status in statuses)
+        try:
+            if children:
+                summarise_jobs(tracker, children, config, sweep_dir)
+        except Exception:  # the report failed: the parent still ends, never left RUNNING
+            ok = False
+            raise
+        finally:
+            tracker.finish(RunStatus.FINISHED if ok else RunStatus.FAILED)
         unfinished_jobs.extend(
             child.run_id for child in children if child.status != RunStatus.FINISHED
         )
@@ -129,6 +131,16 @@ class SweepTracking(Callback):
             f"tntrun: sweep parent run {tracker.run_id}: {statuses.count(RunStatus.FINISHED)}/"
             f"{len(statuses)} jobs finished; report in {sweep_dir / 'report'}"
         )
+
+
+def summarise_jobs(
+    tracker: Tracker, children: Sequence[RunSummary], config: DictConfig, sweep_dir: Path
+) -> None:
+    """The sweep's report, its repeats by seed, and its best job registered."""
+    write_report(tracker, children, sweep_dir / "report")
+    tracking = tracking_settings(OmegaConf.to_container(config.tracking, resolve=True))
+    report_repeats(tracker, children, tracking.objective)
+    register_best_job(tracker, children, tracking, sweeper_direction(config))
 
 
 def report_repeats(tracker: Tracker, children: Sequence[RunSummary], objective: str) -> None:
