@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.allreduce_wire import NETNS, hosts_up  # noqa: E402
 
-FAULT_STEP = 40
+FAULT_STEP = 37  # between commits: 35 (every 5), 20 (every 20)
 TNTRUN = str(Path(sys.executable).with_name("tntrun"))
 
 
@@ -69,8 +69,9 @@ def one_run(work: Path, port: str, key: str, every: int) -> dict[str, float]:
         raise RuntimeError(f"the elastic run failed (commit every {every})")
     metrics = work / "outputs" / "runs"
     lines = [json.loads(x) for x in next(metrics.rglob("metrics.jsonl")).read_text().splitlines()]
-    start = next(x for x in lines if x["metrics"].get("world_size") == 2)
-    first = next(x for x in lines if x["step"] > start["step"] and "step_loss" in x["metrics"])
+    at = next(i for i, x in enumerate(lines) if x["metrics"].get("world_size") == 2)
+    start = lines[at]  # the two ranks' first line; their first step's metrics follow it
+    first = next(x for x in lines[at:] if "step_loss" in x["metrics"])
     return {
         "start_s": start["t"] / 1000 - killed,
         "first_step_s": first["t"] / 1000 - killed,
