@@ -15,7 +15,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.helpers.bounds import AFTER_RANK_FAILURE_S
-from tests.helpers.commands import clean_env, tntrun_cli, tntrun_command
+from tests.helpers.commands import start_tntrun, tntrun_cli
 from tests.helpers.driving import assert_nothing_left, fault, run_until, the_run
 from tests.helpers.netns import NetnsHosts
 from tests.helpers.runs import run_dir_of, store_uri
@@ -56,15 +56,7 @@ def list_hosts(listed: Path, *hosts: str) -> None:
 def run_elastic(tmp_path: Path, args: tuple[str, ...], on_line) -> tuple[int, str, float]:
     """Run tntrun, calling ``on_line(line)`` on each line of its output; (exit code,
     output, the wall-clock time the fault was injected)."""
-    process = subprocess.Popen(
-        tntrun_command(tmp_path, *args),
-        cwd=tmp_path,
-        env=clean_env(),
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    process = start_tntrun(tmp_path, *args)
     lines, fault_at = [], 0.0
     try:
         for line in process.stdout:

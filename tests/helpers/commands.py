@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from tests.helpers.paths import BIN
 from tntrun.launch.horovodrun import HOROVODRUN_COMMAND
@@ -27,6 +28,21 @@ def clean_env() -> dict[str, str]:
 
 def tntrun_command(workdir: Path, *args: str) -> list[str]:
     return [str(BIN / "tntrun"), *args, f"output_root={workdir / 'outputs'}"]
+
+
+def start_tntrun(workdir: Path, *args: str, **popen: Any) -> subprocess.Popen:
+    """The installed ``tntrun`` started in its own session, its output (stderr merged) read
+    line by line by the caller."""
+    return subprocess.Popen(
+        tntrun_command(workdir, *args),
+        cwd=workdir,
+        env=clean_env(),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        **popen,
+    )
 
 
 def tntrun_cli(workdir: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:

@@ -15,7 +15,7 @@ from typing import NamedTuple
 from mlflow.tracking import MlflowClient
 
 from tests.helpers.bounds import AFTER_CTRL_C_S, AFTER_DRIVER_KILLED_S
-from tests.helpers.commands import clean_env, tntrun_command
+from tests.helpers.commands import start_tntrun
 from tests.helpers.processes import (
     HELD,
     Hold,
@@ -58,15 +58,8 @@ class Driver:
 
     def __init__(self, tmp_path, args, roles: tuple[str, ...] = LOCAL) -> None:
         self.hold, self.roles = Hold(tmp_path), roles
-        self.process = subprocess.Popen(
-            tntrun_command(tmp_path, *self.hold.overrides(), *args),
-            cwd=tmp_path,
-            env=clean_env(),
-            text=True,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=ignore_sigint,
+        self.process = start_tntrun(
+            tmp_path, *self.hold.overrides(), *args, preexec_fn=ignore_sigint
         )
         self.lines: list[str] = []
         self.seen: list[Process] = []

@@ -12,12 +12,11 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-import keras
-
 from tntrun.contract.checkpoints import CheckpointMeta, publish
+from tntrun.engine.epoch_position import EpochPosition
 
 
-class Commits(keras.callbacks.Callback):
+class Commits(EpochPosition):
     """Rank 0: a checkpoint after every ``every`` training steps, but the run's last."""
 
     def __init__(
@@ -29,32 +28,17 @@ class Commits(keras.callbacks.Callback):
         epochs: int,
         meta: Callable[[int, int], CheckpointMeta],
     ) -> None:
-        super().__init__()
-        self.run_dir, self.every, self.keep = run_dir, every, keep
-        self.steps_per_epoch, self.epochs, self.meta = steps_per_epoch, epochs, meta
-        self._epoch = 0
-        self._first_batch = 0  # a resumed epoch's fit starts past the batches trained before
-
-    def start_at_batch(self, batch: int) -> None:
-        self._first_batch = batch
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._epoch = epoch
-
-    def on_epoch_end(self, epoch, logs=None):
-        self._first_batch = 0
+        super().__init__(steps_per_epoch, epochs)
+        self.run_dir, self.every, self.keep, self.meta = run_dir, every, keep, meta
 
     def on_train_batch_end(self, batch, logs=None):
         step = int(self.model.optimizer.iterations.numpy())
-        if step % self.every:
-            return
-        epoch, done = self._epoch, self._first_batch + batch + 1
-        if done >= self.steps_per_epoch:
-            epoch, done = epoch + 1, 0
-        if epoch >= self.epochs:  # the run's last step: its end writes the final state
+        where = None if step % self.every else self.position(batch)
+        if where is None:  # not a commit step, or the run's last (its end saves the state)
             return
         from tntrun.engine.precision import state_checkpoint
 
         state = state_checkpoint(self.model, self.model.optimizer)
+        epoch, done = where
         meta = replace(self.meta(epoch, step), batch=done)
         publish(self.run_dir, meta, lambda prefix: state.write(prefix), self.keep)

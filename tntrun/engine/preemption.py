@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import horovod.tensorflow as hvd
-import keras
 
 from tntrun.contract import run_files
 from tntrun.contract.checkpoints import CheckpointMeta, publish
 from tntrun.contract.stop_requests import StopRequests
+from tntrun.engine.epoch_position import EpochPosition
 from tntrun.engine.step_agreement import StepAgreement
 
 
@@ -35,7 +35,7 @@ class Preempted(Exception):
         super().__init__(f"{why}: stopped at epoch {epoch + 1}, batch {batch}, step {step}")
 
 
-class PreemptionGuard(keras.callbacks.Callback):
+class PreemptionGuard(EpochPosition):
     """Every rank: pass a pending stop request into the next step; raise :class:`Preempted`
     on every rank after the step in which any rank passed one. ``agreement`` is a callback
     placed before this one (it reads the step's stop request)."""
@@ -43,21 +43,9 @@ class PreemptionGuard(keras.callbacks.Callback):
     def __init__(
         self, requests: StopRequests, agreement: StepAgreement, steps_per_epoch: int, epochs: int
     ) -> None:
-        super().__init__()
+        super().__init__(steps_per_epoch, epochs)
         self.requests, self.agreement = requests, agreement
-        self.steps_per_epoch, self.epochs = steps_per_epoch, epochs
         self._asked = False
-        self._epoch = 0
-        self._first_batch = 0  # a resumed epoch's fit starts past the batches trained before
-
-    def start_at_batch(self, batch: int) -> None:
-        self._first_batch = batch
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._epoch = epoch
-
-    def on_epoch_end(self, epoch, logs=None):
-        self._first_batch = 0
 
     def on_train_batch_begin(self, batch, logs=None):
         if not self._asked and self.requests.event.is_set():
@@ -65,14 +53,10 @@ class PreemptionGuard(keras.callbacks.Callback):
             self.agreement.request_stop()
 
     def on_train_batch_end(self, batch, logs=None):
-        if self.agreement.stop:
-            epoch, done = self._epoch, self._first_batch + batch + 1
-            if done >= self.steps_per_epoch:  # the epoch's last batch: its end-of-epoch work
-                epoch, done = epoch + 1, 0  # (validation, its checkpoint) is skipped
-            if epoch >= self.epochs:  # the last step: finishing beats a checkpoint of it
-                return
+        where = self.position(batch) if self.agreement.stop else None
+        if where is not None:  # the epoch's last batch skips its end-of-epoch work
             step = int(self.model.optimizer.iterations.numpy())
-            raise Preempted(epoch, done, step, self.requests.reason())
+            raise Preempted(*where, step, self.requests.reason())
 
 
 def checkpoint_and_record(
