@@ -149,8 +149,7 @@ class Supervisor:
 
     def follow(self, events: RankEvents) -> LaunchResult:
         """Start the ranks, follow them until they end, restart them after a failure."""
-        env = {
-            **dict(self.plan.launch_env),
+        env = {  # the plan's own variables join at each attempt: a resize re-plans
             run_files.ENV_DRIVER_START: repr(DRIVER_START),
             run_files.ENV_USER_PATH: os.getcwd(),
             run_files.ENV_LIVE_PROGRESS: "1" if sys.stdout.isatty() else "0",
@@ -174,7 +173,7 @@ class Supervisor:
         failed attempt meets the next one's ranks)."""
         watching = self.elastic.watching(self.plan.hosts) if self.elastic else nullcontext()
         with self.launcher.running(self.plan) as extra, watching:
-            self.job = self.start_ranks({**env, **extra})
+            self.job = self.start_ranks({**dict(self.plan.launch_env), **env, **extra})
             started()
             return self.job.follow()
 
