@@ -10,11 +10,16 @@ itself (``dataset.distribute=false``) implements ``load_for_rank()`` instead.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import tensorflow as tf
+
+Shape = tuple[int, ...]
+# One input's shape, or (a model of several named inputs) a shape per input name.
+InputShape = Shape | Mapping[str, Shape]
 
 
 @dataclass(frozen=True)
@@ -23,7 +28,9 @@ class DatasetInfo:
 
     num_train: int
     num_val: int
-    input_shape: tuple[int, ...]
+    # A sample's features without the batch dimension; for features given as a dict (a
+    # multi-input model) a mapping input name -> shape, which the model builder gets as is.
+    input_shape: InputShape
     num_classes: int
     # "classification" (label per sample) or "translation" (token sequences, BLEU).
     task: str = "classification"
@@ -38,8 +45,20 @@ class Dataset(Protocol):
         ...
 
     def load(self) -> tuple[tf.data.Dataset, tf.data.Dataset]:
-        """Unbatched (features, label) training and validation splits."""
+        """Unbatched (features, label) or (features, label, sample_weight) training and
+        validation splits; features and labels may be dicts (named inputs and outputs)."""
         ...
+
+
+def named_inputs(info: DatasetInfo) -> bool:
+    """Whether the features are a dict of named inputs (``input_shape`` a mapping)."""
+    return isinstance(info.input_shape, Mapping)
+
+
+def sequence_length_of(info: DatasetInfo) -> int | None:
+    """The first dimension of a single input (a translation's sequence length), else None."""
+    shape = info.input_shape
+    return None if isinstance(shape, Mapping) or not shape else int(shape[0])
 
 
 class RankShardedDataset(Dataset, Protocol):

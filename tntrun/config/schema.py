@@ -205,6 +205,12 @@ class TrainConfig:
     precision: Precision = Precision.float32
     # Compile each rank's forward and backward pass with XLA.
     jit_compile: bool = False
+    # Keras' class_weight, class id -> weight: each training sample's loss and weighted
+    # metrics count class_weight[its class] times (classes not listed: 1.0), multiplied into
+    # the dataset's own sample weights: +train.class_weight.3=5.0 or
+    # train.class_weight={0:1.0,3:5.0}. Keys typed Any, as OmegaConf cannot take both forms
+    # into dict[int, float] (the dotted key arrives as text); the planner checks they are ids.
+    class_weight: dict[Any, float] = field(default_factory=dict)
 
 
 @dataclass

@@ -72,6 +72,39 @@ def _from_source(path: Path, attr: str) -> Parameters | None:
     return None
 
 
+def _defined_in_source(path: Path, attr: str) -> str | None:
+    """ "function" or "class" for a top-level ``def attr`` / ``class attr`` in the source."""
+    try:
+        tree = ast.parse(path.read_text())
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == attr:
+            return "function"
+        if isinstance(node, ast.ClassDef) and node.name == attr:
+            return "class"
+    return None
+
+
+def is_function_target(target: str) -> bool:
+    """Whether ``target`` (module.attr) names a function rather than a class: read from its
+    source when it is there (so a module importing TensorFlow is not imported), else from
+    the imported object. False when it cannot be found (``find_target`` says why)."""
+    module, _, attr = target.rpartition(".")
+    try:
+        spec = importlib.util.find_spec(module) if module else None
+    except (ModuleNotFoundError, ValueError):
+        return False
+    if spec is None:
+        return False
+    if spec.origin and spec.origin.endswith(".py"):
+        kind = _defined_in_source(Path(spec.origin), attr)
+        if kind is not None:
+            return kind == "function"
+    found = getattr(importlib.import_module(module), attr, None)
+    return found is not None and not inspect.isclass(found)
+
+
 LEGACY_KERAS = "tf_keras"
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from tntrun.config.schema import TrackingConfig
 from tntrun.config.settings import Settings
+from tntrun.datasets.base import DatasetInfo
 
 SEED_LIMIT = 2**32  # NumPy's seed range
 
@@ -101,4 +102,32 @@ def value_problems(settings: Settings) -> list[str]:
         value = lookup(settings, key)
         if (key == "optimizer.base_lr" or value is not None) and not accepts(value):
             problems.append(f"{key}={value}: {fix}")
+    return problems
+
+
+def class_id(key: Any) -> int | None:
+    """A ``train.class_weight`` key as a class id (the command line's ``.3`` is text)."""
+    text = str(key).strip()
+    return int(text) if re.fullmatch(r"-?\d+", text) else None
+
+
+def class_weight_problems(class_weight: Mapping[Any, float], info: DatasetInfo) -> list[str]:
+    """``train.class_weight`` against the dataset's classes: one line per key that is no
+    class of the dataset and per weight that is negative or not finite."""
+    if class_weight and info.task != "classification":
+        return [
+            f"train.class_weight: the dataset's task is {info.task}; class weights weigh one "
+            "class per sample: remove train.class_weight"
+        ]
+    problems = []
+    top = info.num_classes - 1
+    for key, weight in class_weight.items():
+        found = class_id(key)
+        if found is None or not 0 <= found <= top:
+            problems.append(
+                f"train.class_weight.{key}={weight}: the dataset's classes are 0 to {top}: "
+                f"key the weights by class id, e.g. +train.class_weight.{top}={weight}"
+            )
+        if not (math.isfinite(weight) and weight >= 0):
+            problems.append(f"train.class_weight.{key}={weight}: give a finite weight >= 0")
     return problems

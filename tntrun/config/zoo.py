@@ -15,8 +15,9 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
-from tntrun.config.user_code import check_target
+from tntrun.config.user_code import check_target, find_target, is_function_target
 from tntrun.datasets.base import DatasetInfo
+from tntrun.datasets.function import SIZE_KEYS, FunctionDataset
 from tntrun.errors import PlanError
 from tntrun.models.base import SIZED_BY_DATASET
 
@@ -31,8 +32,25 @@ def _dataset_args(section: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def build_dataset(section: Mapping[str, Any]) -> Any:
-    """The dataset object the ``dataset`` section's ``_target_`` names."""
-    return instantiate(_dataset_args(section))
+    """The dataset object the ``dataset`` section's ``_target_`` names; a function (which
+    returns tf.data datasets) is wrapped, not called: only a rank may import TensorFlow."""
+    args = _dataset_args(section)
+    target = args.get("_target_")
+    if isinstance(target, str) and is_function_target(target):
+        keys = {k: v for k, v in args.items() if k != "_target_"}
+        return FunctionDataset(target, **keys)
+    return instantiate(args)
+
+
+def _dataset_keys(cfg: DictConfig) -> list[str]:
+    """The dataset keys its target must take: a function's stated sizes only if it names
+    them (tntrun reads them either way)."""
+    keys = [k for k in cfg.dataset if k not in ("_target_", *ENGINE_KEYS)]
+    target = cfg.dataset._target_
+    if not is_function_target(target):
+        return keys
+    named = find_target("dataset", target).names
+    return [k for k in keys if k not in SIZE_KEYS or k in named]
 
 
 def distributes_automatically(section: Mapping[str, Any]) -> bool:
@@ -56,13 +74,13 @@ def check_targets(cfg: DictConfig, choices: dict[str, str]) -> None:
             )
     model_keys = [k for k in cfg.model if k != "_target_"]
     check_target("model", cfg.model._target_, model_keys, SIZED_BY_DATASET, choices.get("model"))
-    dataset_keys = [k for k in cfg.dataset if k not in ("_target_", *ENGINE_KEYS)]
-    check_target("dataset", cfg.dataset._target_, dataset_keys, (), choices.get("dataset"))
+    target = cfg.dataset._target_
+    check_target("dataset", target, _dataset_keys(cfg), (), choices.get("dataset"))
     manual = not distributes_automatically(cfg.dataset)
-    if manual and not hasattr(get_class(cfg.dataset._target_), "load_for_rank"):
+    if manual and (is_function_target(target) or not hasattr(get_class(target), "load_for_rank")):
         raise PlanError(
             f"dataset.distribute=false needs a dataset with load_for_rank(); "
-            f"{cfg.dataset._target_} has none: set dataset.distribute=true"
+            f"{target} has none: set dataset.distribute=true"
         )
 
 

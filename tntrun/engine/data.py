@@ -8,17 +8,12 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from tntrun.engine.sample_weights import scaled_by
+
 
 def shard_size(num_samples: int, rank: int, size: int) -> int:
     """Samples that ``Dataset.shard(size, rank)`` keeps of ``num_samples``."""
     return len(range(rank, num_samples, size))
-
-
-def _with_weight(weight: float):
-    def add(features, label):
-        return features, label, tf.constant(weight, tf.float32)
-
-    return add
 
 
 def distribute_train(
@@ -41,7 +36,9 @@ def distribute_train(
     each sample once. With ``drop_remainder`` the samples past the last full
     global batch are skipped (they differ per epoch); without it the last
     global batch is filled with zero-weight copies, so every rank still runs
-    the same number of full steps and padding adds nothing to loss or metrics.
+    the same number of full steps and padding adds nothing to loss or metrics. Elements
+    are ``(x, y)`` or ``(x, y, sample_weight)`` of any structure (dicts of named inputs
+    and outputs): padding multiplies the sample weight(s) by 0.
     """
     padding = steps_per_epoch * micro_batch * size - num_samples
 
@@ -50,8 +47,8 @@ def distribute_train(
             num_samples, seed=seed * 100_003 + epoch, reshuffle_each_iteration=False
         )
         if not drop_remainder and padding > 0:
-            filler = dataset.take(1).repeat(padding).map(_with_weight(0.0))
-            shuffled = shuffled.map(_with_weight(1.0)).concatenate(filler)
+            filler = dataset.take(1).repeat(padding).map(scaled_by(0.0))
+            shuffled = shuffled.map(scaled_by(1.0)).concatenate(filler)
         return (
             shuffled.shard(size, rank).batch(micro_batch, drop_remainder=True).take(steps_per_epoch)
         )

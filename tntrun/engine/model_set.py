@@ -18,6 +18,7 @@ from tntrun.engine import data_parallel as dp
 from tntrun.engine import precision
 from tntrun.engine.lr_schedule import PlannedSchedule
 from tntrun.engine.optimizers import build_optimizer
+from tntrun.engine.output_metrics import per_output
 from tntrun.engine.step_agreement import StepAgreement
 from tntrun.engine.tasks import compile_spec
 from tntrun.planning.plan import Plan
@@ -52,7 +53,7 @@ def build_model_and_optimizer(plan: Plan, info: DatasetInfo) -> RankModel:
     model.compile(
         optimizer=optimizer,
         jit_compile=False,
-        **compile_spec(info.task, settings.train.label_smoothing),
+        **per_output(compile_spec(info.task, settings.train.label_smoothing), model),
     )
     if plan.jit_compile:
         precision.compile_gradients_with_xla(model)

@@ -9,8 +9,16 @@ import tensorflow as tf
 
 from tntrun.config.zoo import build_dataset, distributes_automatically
 from tntrun.datasets.base import DatasetInfo
+from tntrun.datasets.function import DatasetMismatch
 from tntrun.engine.data import distribute_eval, distribute_train, shard_size
+from tntrun.engine.model_set import UserModelError
+from tntrun.engine.sample_weights import ClassWeightError, with_class_weights
 from tntrun.planning.plan import Plan
+
+
+class UserDataError(UserModelError):
+    """The user's data cannot train as configured (sizes stated wrong, class weights for
+    several outputs): a config error, the same on every rank, before any step."""
 
 
 @dataclass(frozen=True)
@@ -30,7 +38,10 @@ class RankData:
 def build_data(plan: Plan, rank: int, size: int) -> RankData:
     dataset = build_dataset(plan.settings.dataset)
     info = dataset.info()
-    train, val, val_samples = input_pipelines(plan, dataset, info, rank, size)
+    try:
+        train, val, val_samples = input_pipelines(plan, dataset, info, rank, size)
+    except (DatasetMismatch, ClassWeightError) as refused:
+        raise UserDataError(str(refused)) from None
     return RankData(dataset, info, rank, size, train, val, val_samples)
 
 
@@ -62,6 +73,8 @@ def input_pipelines(
         val = val.apply(tf.data.experimental.assert_cardinality(int(batches.numpy())))
         return train.repeat(), val, int(samples.numpy())
     train_data, val_data = dataset.load()
+    if settings.train.class_weight:
+        train_data = with_class_weights(train_data, settings.train.class_weight, info.num_classes)
     train = distribute_train(
         train_data,
         num_samples=info.num_train,

@@ -23,7 +23,7 @@ backward pass with XLA and hands the gradients to the data-parallel optimizer
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import keras
@@ -72,7 +72,7 @@ class OwnTrainStep(ValueError):
     wrapping model, which would train with Keras' step instead of the model's own."""
 
 
-def float32_outputs(model: Any, input_shape: Sequence[int]) -> Any:
+def float32_outputs(model: Any, input_shape: Sequence[int] | Mapping[str, Sequence[int]]) -> Any:
     """``model`` with every output cast to float32 by a final float32 ``Activation('linear')``.
 
     Returned unchanged when its outputs are float32 already (always under the
@@ -82,7 +82,7 @@ def float32_outputs(model: Any, input_shape: Sequence[int]) -> Any:
     """
     inputs, outputs = getattr(model, "inputs", None), getattr(model, "outputs", None)
     if outputs is None:
-        inputs = keras.Input(shape=tuple(int(d) for d in input_shape), name="features")
+        inputs = symbolic_inputs(input_shape)
         outputs = model(inputs)
     flat = tf.nest.flatten(outputs)
     if all(_dtype(out) == "float32" for out in flat):
@@ -105,6 +105,17 @@ def float32_outputs(model: Any, input_shape: Sequence[int]) -> Any:
         for i, out in enumerate(flat)
     ]
     return keras.Model(inputs, tf.nest.pack_sequence_as(outputs, cast), name=model.name)
+
+
+def symbolic_inputs(input_shape: Any) -> Any:
+    """``keras.Input`` of the dataset's ``input_shape``; a dict of them, by name, for a
+    mapping of named inputs."""
+    if isinstance(input_shape, Mapping):
+        return {
+            name: keras.Input(shape=tuple(int(d) for d in shape), name=name)
+            for name, shape in input_shape.items()
+        }
+    return keras.Input(shape=tuple(int(d) for d in input_shape), name="features")
 
 
 def is_loss_scaled(optimizer: Any) -> bool:

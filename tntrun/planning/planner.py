@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from tntrun.config.settings import Settings
-from tntrun.config.values import value_problems
+from tntrun.config.values import class_weight_problems, value_problems
 from tntrun.config.zoo import distributes_automatically
-from tntrun.datasets.base import DatasetInfo
+from tntrun.datasets.base import DatasetInfo, sequence_length_of
 from tntrun.errors import PlanError
 from tntrun.planning.elastic import elastic_problems, node_range
 from tntrun.planning.knobs import HorovodKnob, horovod_knobs
@@ -32,10 +32,14 @@ from tntrun.planning.schedules import ScheduleParams
 WORKER_MODULE = "tntrun.engine.worker"
 
 
-def batch_sizes(settings: Settings, world: int, sequence_length: int) -> tuple[int, int]:
+def batch_sizes(settings: Settings, world: int, sequence_length: int | None) -> tuple[int, int]:
     """(global, micro) batch from ``global_batch_size``, ``micro_batch_size``, ``batch_tokens``."""
     global_batch, micro = settings.global_batch_size, settings.micro_batch_size
     tokens = settings.batch_tokens
+    if tokens is not None and sequence_length is None:
+        raise PlanError(
+            f"batch_tokens={tokens} needs a dataset of token sequences: give global_batch_size"
+        )
     if tokens is not None:
         sentences = tokens // sequence_length
         if global_batch is not None and global_batch != sentences:
@@ -126,10 +130,11 @@ def checked_layout(
     )
     world = settings.nodes * per_node if hosts else None
     batches = world and _collect(
-        problems, lambda: batch_sizes(settings, world, data.input_shape[0])
+        problems, lambda: batch_sizes(settings, world, sequence_length_of(data))
     )
     knobs = _collect(problems, lambda: horovod_knobs(settings.horovod, run_dir))
     problems.extend(setting_problems(settings, world))
+    problems.extend(class_weight_problems(settings.train.class_weight, data))
     problems.extend(elastic_problems(settings, per_node))
     if problems or not batches or not hosts or knobs is None:
         raise PlanError(problems)

@@ -91,7 +91,9 @@ def dataset_source(dataset_cfg: Mapping[str, Any]) -> tuple[str, dict[str, Any]]
 def dataset_profile(info: DatasetInfo) -> dict[str, Any]:
     """The sizes the planner used: samples per split, input shape, classes, task."""
     profile = asdict(info)
-    profile["input_shape"] = list(info.input_shape)
+    shape = info.input_shape
+    named = isinstance(shape, Mapping)  # several named inputs
+    profile["input_shape"] = {k: list(v) for k, v in shape.items()} if named else list(shape)
     return profile
 
 
