@@ -42,15 +42,16 @@ def build_dataset(section: Mapping[str, Any]) -> Any:
     return instantiate(args)
 
 
-def _dataset_keys(cfg: DictConfig) -> list[str]:
-    """The dataset keys its target must take: a function's stated sizes only if it names
-    them (tntrun reads them either way)."""
+def _dataset_keys(cfg: DictConfig) -> tuple[list[str], list[str]]:
+    """(the dataset keys its target must take, the keys tntrun reads itself that it may
+    take): a function's stated sizes go to it only if it names them, and when missing are
+    reported together by the sizing (``FunctionDataset.info``)."""
     keys = [k for k in cfg.dataset if k not in ("_target_", *ENGINE_KEYS)]
     target = cfg.dataset._target_
     if not is_function_target(target):
-        return keys
+        return keys, []
     named = find_target("dataset", target).names
-    return [k for k in keys if k not in SIZE_KEYS or k in named]
+    return [k for k in keys if k not in SIZE_KEYS], [k for k in SIZE_KEYS if k in named]
 
 
 def distributes_automatically(section: Mapping[str, Any]) -> bool:
@@ -75,7 +76,8 @@ def check_targets(cfg: DictConfig, choices: dict[str, str]) -> None:
     model_keys = [k for k in cfg.model if k != "_target_"]
     check_target("model", cfg.model._target_, model_keys, SIZED_BY_DATASET, choices.get("model"))
     target = cfg.dataset._target_
-    check_target("dataset", target, _dataset_keys(cfg), (), choices.get("dataset"))
+    keys, sized = _dataset_keys(cfg)
+    check_target("dataset", target, keys, sized, choices.get("dataset"))
     manual = not distributes_automatically(cfg.dataset)
     if manual and (is_function_target(target) or not hasattr(get_class(target), "load_for_rank")):
         raise PlanError(

@@ -29,21 +29,27 @@ def scaled_by(weight: float):
     return scale
 
 
+def check_one_class(label: tf.TensorSpec) -> None:
+    """Refuse labels that hold more than one class per sample (sequences), before the map
+    is traced (an error raised while tracing reaches the user wrapped in autograph's)."""
+    rank = label.shape.rank
+    if rank is None or rank > 1:
+        raise ClassWeightError(
+            f"train.class_weight needs one class per sample, but the labels have shape "
+            f"{label.shape.as_list() if rank is not None else 'unknown'}: remove "
+            "train.class_weight (or give per-sample weights from the dataset as "
+            "(x, y, sample_weight))"
+        )
+
+
 def class_index(label: tf.Tensor) -> tf.Tensor:
     """A sample's class as Keras reads it for ``class_weight``: a scalar id (rounded), a
     one-element vector, or a one-hot / probability vector (its argmax)."""
-    rank = label.shape.rank
-    if rank == 0:
+    if label.shape.rank == 0:
         return tf.cast(tf.round(tf.cast(label, tf.float32)), tf.int64)
-    if rank == 1 and label.shape[0] == 1:
+    if label.shape[0] == 1:
         return tf.cast(tf.round(tf.cast(label[0], tf.float32)), tf.int64)
-    if rank == 1:
-        return tf.argmax(label, output_type=tf.int64)
-    raise ClassWeightError(
-        f"train.class_weight needs one class per sample, but the labels have shape "
-        f"{label.shape.as_list()}: remove train.class_weight (or give per-sample weights "
-        "from the dataset as (x, y, sample_weight))"
-    )
+    return tf.argmax(label, output_type=tf.int64)
 
 
 def with_class_weights(
@@ -58,6 +64,7 @@ def with_class_weights(
             "are a dict or tuple of outputs: remove train.class_weight and give per-sample "
             "weights from the dataset as (x, y, sample_weight)"
         )
+    check_one_class(label_spec)
     given = {int(c): float(w) for c, w in class_weight.items()}  # keys are text in plan.json
     table = tf.constant([given.get(c, 1.0) for c in range(num_classes)], tf.float32)
 
