@@ -16,7 +16,7 @@ import os
 import platform
 import socket
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +108,18 @@ def _quiet_tf_logging() -> Iterator[None]:
         logger.setLevel(level)
 
 
+def structured_inputs(model: Any, xs: list[Any]) -> Any:
+    """``xs`` (in ``model.inputs``' order) as the model takes them: one tensor, a list, or a
+    dict by input name for a model built on a dict of inputs (Keras warns at a list)."""
+    if len(xs) == 1:
+        return xs[0]
+    try:
+        structure = model.input
+    except (AttributeError, ValueError):  # a subclassed model: no symbolic inputs
+        return xs
+    return tf.nest.pack_sequence_as(structure, xs) if isinstance(structure, Mapping) else xs
+
+
 def forward_flops_per_sample(
     model: Any, inputs: Sequence[int] | tf.TensorSpec | Sequence[tf.TensorSpec]
 ) -> float:
@@ -127,7 +139,7 @@ def forward_flops_per_sample(
         specs = input_specs(model, given)
 
     def forward(*xs):
-        return model(xs[0] if len(xs) == 1 else list(xs), training=False)
+        return model(structured_inputs(model, list(xs)), training=False)
 
     graph = tf.function(forward).get_concrete_function(*specs).graph
     _check_countable(graph)

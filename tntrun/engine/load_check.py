@@ -60,6 +60,8 @@ def culprit(model: Any, err: BaseException) -> tuple[str, str]:
 
 
 def as_arrays(predicted: Any) -> list[np.ndarray]:
+    if isinstance(predicted, np.ndarray) and predicted.dtype == object and not predicted.shape:
+        predicted = predicted.item()  # MLflow's pyfunc wraps a dict of outputs in an array
     if isinstance(predicted, Mapping):
         return [np.asarray(predicted[key]) for key in sorted(predicted)]
     if isinstance(predicted, list | tuple):
