@@ -15,6 +15,7 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
+from tntrun.config.compile_checks import check_compile_keys, check_optimizer_target
 from tntrun.config.user_code import check_target
 from tntrun.datasets.base import DatasetInfo
 from tntrun.errors import PlanError
@@ -58,6 +59,11 @@ def check_targets(cfg: DictConfig, choices: dict[str, str]) -> None:
     check_target("model", cfg.model._target_, model_keys, SIZED_BY_DATASET, choices.get("model"))
     dataset_keys = [k for k in cfg.dataset if k not in ("_target_", *ENGINE_KEYS)]
     check_target("dataset", cfg.dataset._target_, dataset_keys, (), choices.get("dataset"))
+    compile_keys = OmegaConf.to_container(
+        OmegaConf.masked_copy(cfg, ["loss", "loss_weights", "metrics"]), resolve=True
+    )
+    check_compile_keys(**compile_keys)
+    check_optimizer_target(cfg.optimizer)
     manual = not distributes_automatically(cfg.dataset)
     if manual and not hasattr(get_class(cfg.dataset._target_), "load_for_rank"):
         raise PlanError(

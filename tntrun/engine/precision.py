@@ -149,7 +149,7 @@ def observed_precision(model: Any) -> dict[str, Any]:
 def with_loss_scaling(optimizer: Any, precision: str) -> Any:
     """``optimizer`` wrapped in Keras' dynamic loss scaling when ``precision`` needs it (make
     the result data-parallel: the ranks then skip overflowing steps together)."""
-    if precision != "mixed_float16":
+    if precision != "mixed_float16" or is_loss_scaled(optimizer):  # the user's compiled one
         return optimizer
     return keras.optimizers.LossScaleOptimizer(optimizer)
 
