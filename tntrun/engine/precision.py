@@ -223,7 +223,7 @@ def compile_gradients_with_xla(model: Any) -> None:
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         loss, y_pred, grads = gradients(x, y, sample_weight)
         model._loss_tracker.update_state(loss, sample_weight=tf.shape(tf.nest.flatten(x)[0])[0])
-        note_loss(optimizer, loss)
+        note_loss(optimizer, loss, scaled=scaled)
         optimizer.apply(grads, variables)
         return model.compute_metrics(x, y, y_pred, sample_weight)
 
