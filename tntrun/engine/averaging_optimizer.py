@@ -274,7 +274,12 @@ def portable_config(config: dict[str, Any], optimizer: Any) -> dict[str, Any]:
     schedule = keras_internals.schedule_of(inner)
     if not type(schedule).__module__.startswith("tntrun."):
         return config
-    value = float(schedule(inner.iterations))
+    # Keras' own schedule, constant at the current value: a number would make the loading
+    # optimizer hold one variable more (its learning rate) and skip the saved state.
+    constant = keras.optimizers.schedules.ExponentialDecay(
+        float(schedule(inner.iterations)), decay_steps=1, decay_rate=1.0
+    )
+    value = keras.optimizers.schedules.serialize(constant)
     if isinstance(config.get("learning_rate"), dict):
         config["learning_rate"] = value
     nested = config.get("inner_optimizer", {})
