@@ -82,7 +82,8 @@ def compile_arguments(
     if settings.metrics is not None:
         arguments.pop("metrics", None)
         origin.pop("metrics", None)
-        arguments["weighted_metrics"] = instantiated(settings.metrics)
+        metrics = [settings.metrics] if isinstance(settings.metrics, str) else settings.metrics
+        arguments["weighted_metrics"] = instantiated(metrics)
         origin["weighted_metrics"] = "config"
     optimizer = model.optimizer if compiled else None  # the object Keras made of it
     return CompileArgs(arguments, optimizer, origin)
