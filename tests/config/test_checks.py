@@ -60,8 +60,14 @@ CHECKS = [
         "predict_scaling=true validates against the steady step time of the epochs after the "
         "first, train.epochs=1: use train.epochs=2 or more",
     ),
-    (["model=resnet9000"], "model=resnet9000: no such model; available: "),
-    (["dataset=imagenet_typo"], "dataset=imagenet_typo: no such dataset; available: "),
+    (
+        ["model=resnet9000"],
+        "model=resnet9000: no such model; did you mean resnet50, resnet101, resnet34? available: ",
+    ),
+    (
+        ["dataset=imagenet_typo"],
+        "dataset=imagenet_typo: no such dataset; did you mean imagenet? available: ",
+    ),
     (
         ["model._target_=tntrun.models.nope.build"],
         "model._target_=tntrun.models.nope.build: module tntrun.models.nope not found",
@@ -98,7 +104,18 @@ CHECKS = [
         "schedule=nosuch: no such schedule; available: constant, "
         "inverse_sqrt, warmup_cosine, warmup_piecewise",
     ),
-    (["optimizer=adamw"], "optimizer=adamw: no such optimizer; available: adam, sgd"),
+    (["optimizer=adamv"], "optimizer=adamv: no such optimizer; did you mean adam, nadam, adamw?"),
+    (["loss=mse_"], "loss=mse_: Keras has no loss of that name; did you mean mse, msle?"),
+    (["metrics=[auc,acuracy]"], "metrics=acuracy: Keras has no metric of that name; did you mean"),
+    (["loss_weights=[1,-2]"], "loss_weights=[1, -2]: give a list of non-negative numbers"),
+    (
+        ["loss={_target_:keras.losses.Hubber}"],
+        "loss._target_=keras.losses.Hubber: keras.losses has no Hubber",
+    ),
+    (
+        ["optimizer=custom", "optimizer._target_=tntrun.models.nope.Opt"],
+        "optimizer._target_=tntrun.models.nope.Opt: module tntrun.models.nope not found",
+    ),
     (
         ["model._target_=tntrun.models.cnn.build_cnn"],
         "model._target_=tntrun.models.cnn.build_cnn: build_cnn() takes no hidden_units "

@@ -153,6 +153,7 @@ def test_loss_scaling_with_xla_on_two_ranks():
         for check in (
             "the XLA step equals the standard step",
             "the non-finite guard averages the unscaled loss",
+            "an own train_step without scale_loss is refused",
         ):
             assert f"rank {rank}: {check} ok" in out
 

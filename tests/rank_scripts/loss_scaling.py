@@ -20,6 +20,7 @@ import tensorflow as tf  # noqa: E402
 
 from tntrun.engine import data_parallel as dp  # noqa: E402
 from tntrun.engine import precision  # noqa: E402
+from tntrun.engine.averaging_optimizer import UnscaledLoss  # noqa: E402
 
 hvd.init()
 rank = hvd.rank()
@@ -72,3 +73,29 @@ for jit in (False, True):
     averaged, stop = agreement.read()
     assert abs(averaged - mean_loss) < 1e-2 * mean_loss and not stop, (jit, averaged, mean_loss)
 print(f"rank {rank}: the non-finite guard averages the unscaled loss ok", flush=True)
+
+
+# 3. A train_step of one's own that skips scale_loss is refused at its first step, in one
+#    line, instead of training with updates divided by the loss scale.
+class OwnStep(keras.Sequential):
+    def train_step(self, data):
+        features, labels = data
+        with tf.GradientTape() as tape:
+            loss = loss_fn(labels, self(features, training=True))  # not scaled
+        grads = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply(grads, self.trainable_variables)
+        return {"loss": loss}
+
+
+keras.utils.set_random_seed(0)
+own = OwnStep([keras.Input((4,)), keras.layers.Dense(3, dtype="float32")])
+own_optimizer = dp.data_parallel(
+    precision.with_loss_scaling(keras.optimizers.SGD(0.1), "mixed_float16")
+)
+own.compile(optimizer=own_optimizer, loss=loss_fn, jit_compile=False)
+try:
+    own.fit(x, y, batch_size=16, epochs=1, verbose=0)
+    raise AssertionError("an unscaled loss under loss scaling trained")
+except UnscaledLoss as refused:
+    assert "scale_loss" in str(refused) and "\n" not in str(refused), refused
+print(f"rank {rank}: an own train_step without scale_loss is refused ok", flush=True)

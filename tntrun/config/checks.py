@@ -9,6 +9,7 @@ user config directory (``--config-dir``, ``hydra.searchpath``).
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from importlib.resources import files
 from pathlib import Path
@@ -125,7 +126,9 @@ def choice_problems(overrides: Sequence[str], config_dirs: Iterable[str] = ()) -
             chosen = [] if value is None else [str(value)]
         for choice in chosen:
             if choice != "null" and choice not in options:
-                problems.append(f"{group}={choice}: no such {group}; {listing}")
+                close = difflib.get_close_matches(choice, options, n=3, cutoff=0.6)
+                hint = f"did you mean {', '.join(close)}? " if close else ""
+                problems.append(f"{group}={choice}: no such {group}; {hint}{listing}")
     return problems
 
 

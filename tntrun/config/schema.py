@@ -57,19 +57,59 @@ class Precision(Enum):
 
 @dataclass
 class OptimizerBase:
+    """What every optimizer states: tntrun's name for it, the learning rate and the batch
+    it is right at, and the arguments every Keras 3 optimizer takes (Keras' defaults).
+    Keras' ``gradient_accumulation_steps`` and ``loss_scale_factor`` are left out: tntrun
+    accumulates (``horovod.backward_passes_per_step``) and scales the loss (``train.precision``)
+    itself, over the ranks."""
+
     name: str = MISSING
     # The learning rate that is right at base_batch_size; scaled to the real global batch
     # (schedule.scaling). The two are one measurement, so the optimizer's YAML states both.
     base_lr: float = MISSING
     base_batch_size: int = MISSING
+    weight_decay: float | None = None
+    clipnorm: float | None = None
+    clipvalue: float | None = None
+    global_clipnorm: float | None = None
+    use_ema: bool = False
+    ema_momentum: float = 0.99
+    ema_overwrite_frequency: int | None = None
 
 
+# One dataclass per Keras 3 optimizer (keras.optimizers.<Class>), its own arguments with
+# Keras' defaults; tests/config/test_optimizers.py holds them to Keras' signatures.
 @dataclass
 class AdamOptimizer(OptimizerBase):
     name: str = "adam"
     beta_1: float = 0.9
     beta_2: float = 0.999
     epsilon: float = 1e-7
+    amsgrad: bool = False
+
+
+@dataclass
+class AdamWOptimizer(AdamOptimizer):
+    name: str = "adamw"
+    weight_decay: float | None = 0.004
+
+
+@dataclass
+class AdamaxOptimizer(OptimizerBase):
+    name: str = "adamax"
+    beta_1: float = 0.9
+    beta_2: float = 0.999
+    epsilon: float = 1e-7
+
+
+@dataclass
+class NadamOptimizer(AdamaxOptimizer):
+    name: str = "nadam"
+
+
+@dataclass
+class LambOptimizer(AdamaxOptimizer):
+    name: str = "lamb"
 
 
 @dataclass
@@ -77,6 +117,77 @@ class SgdOptimizer(OptimizerBase):
     name: str = "sgd"
     momentum: float = 0.0
     nesterov: bool = False
+
+
+@dataclass
+class RmspropOptimizer(OptimizerBase):
+    name: str = "rmsprop"
+    rho: float = 0.9
+    momentum: float = 0.0
+    epsilon: float = 1e-7
+    centered: bool = False
+
+
+@dataclass
+class AdagradOptimizer(OptimizerBase):
+    name: str = "adagrad"
+    initial_accumulator_value: float = 0.1
+    epsilon: float = 1e-7
+
+
+@dataclass
+class AdadeltaOptimizer(OptimizerBase):
+    name: str = "adadelta"
+    rho: float = 0.95
+    epsilon: float = 1e-7
+
+
+@dataclass
+class LionOptimizer(OptimizerBase):
+    name: str = "lion"
+    beta_1: float = 0.9
+    beta_2: float = 0.99
+
+
+@dataclass
+class AdafactorOptimizer(OptimizerBase):
+    name: str = "adafactor"
+    beta_2_decay: float = -0.8
+    epsilon_1: float = 1e-30
+    epsilon_2: float = 1e-3
+    clip_threshold: float = 1.0
+    relative_step: bool = True
+
+
+@dataclass
+class FtrlOptimizer(OptimizerBase):
+    name: str = "ftrl"
+    learning_rate_power: float = -0.5
+    initial_accumulator_value: float = 0.1
+    l1_regularization_strength: float = 0.0
+    l2_regularization_strength: float = 0.0
+    l2_shrinkage_regularization_strength: float = 0.0
+    beta: float = 0.0
+
+
+# tntrun's name -> the keras.optimizers class it builds (the engine's table), and its schema.
+OPTIMIZER_SCHEMAS: dict[str, type[OptimizerBase]] = {
+    "adam": AdamOptimizer,
+    "adamw": AdamWOptimizer,
+    "adamax": AdamaxOptimizer,
+    "nadam": NadamOptimizer,
+    "lamb": LambOptimizer,
+    "sgd": SgdOptimizer,
+    "rmsprop": RmspropOptimizer,
+    "adagrad": AdagradOptimizer,
+    "adadelta": AdadeltaOptimizer,
+    "lion": LionOptimizer,
+    "adafactor": AdafactorOptimizer,
+    "ftrl": FtrlOptimizer,
+}
+# The ones that adapt a step per weight: square-root LR scaling is the usual rule for them
+# (plain SGD with momentum is the one the linear rule of Goyal et al. was shown for).
+ADAPTIVE_OPTIMIZERS = frozenset(OPTIMIZER_SCHEMAS) - {"sgd"}
 
 
 @dataclass
@@ -253,6 +364,14 @@ class TntrunConfig:
     model: Any = MISSING
     dataset: Any = MISSING
     optimizer: Any = MISSING
+    # What model.compile is given, in Keras' forms: a name (loss=mse), a _target_ mapping
+    # with its arguments, a mapping of output name -> either (multi-output models) or a list
+    # (metrics). null: what the model builder compiled its model with, else the dataset
+    # task's (sparse cross-entropy and accuracy). Metrics count sample weights
+    # (Keras' weighted_metrics), so padding never counts (docs/your-code.md).
+    loss: Any = None
+    loss_weights: Any = None
+    metrics: Any = None
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     horovod: HorovodConfig = field(default_factory=HorovodConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
@@ -301,7 +420,7 @@ class TntrunConfig:
 
 
 SCHEMAS: dict[str, dict[str, Any]] = {
-    "schema/optimizer": {"adam": AdamOptimizer, "sgd": SgdOptimizer},
+    "schema/optimizer": OPTIMIZER_SCHEMAS,
     "schema/schedule": {"schedule": ScheduleConfig},
     "schema/horovod": {"horovod": HorovodConfig},
     "schema/tracking": {"tracking": TrackingConfig},

@@ -12,6 +12,7 @@ constructor) stay plain dicts, checked at composition by their schemas and targe
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from enum import Enum
@@ -22,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from tntrun.config.schema import TntrunConfig, TrackingConfig
 from tntrun.contract.checkpoints import config_hash
+from tntrun.errors import PlanError
 
 # Sections whose keys the user's target defines: plain dicts, as given.
 TARGET_SECTIONS = ("model", "dataset", "optimizer", "callbacks")
@@ -41,6 +43,7 @@ class Settings(TntrunConfig):
 
 def settings_of(plain: Mapping[str, Any]) -> Settings:
     """Type a resolved config (a plain nested mapping, enums as names or members)."""
+    refuse_unknown_keys(plain)
     known = {f.name for f in fields(TrackingConfig)}
     tracking = dict(plain.get("tracking") or {})
     options = {k: tracking.pop(k) for k in list(tracking) if k not in known}
@@ -55,6 +58,20 @@ def settings_of(plain: Mapping[str, Any]) -> Settings:
     assert isinstance(settings, Settings)  # noqa: S101  # to_object of a Settings node
     as_given = {k: _plain(plain[k]) for k in TARGET_SECTIONS if k in plain}
     return replace(settings, **as_given)
+
+
+def refuse_unknown_keys(plain: Mapping[str, Any]) -> None:
+    """A top-level key the schema does not know (``+foo=3``; Hydra adds it) is one line
+    naming it and the close known keys, not OmegaConf's traceback."""
+    known = [f.name for f in fields(Settings)]
+    unknown = sorted(set(plain) - set(known))
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], known, n=3, cutoff=0.6)
+        hint = f"did you mean {', '.join(close)}? " if close else ""
+        raise PlanError(
+            f"{unknown[0]}: tntrun has no such key; {hint}remove +{unknown[0]}=... "
+            "(tntrun's keys: tntrun --cfg job)"
+        )
 
 
 def tracking_settings(tracking: Mapping[str, Any]) -> TrackingConfig:

@@ -147,6 +147,8 @@ def _from_object(module: str, attr: str) -> Parameters | None:
 
 def packaged_options(group: str) -> list[str]:
     folder = files("tntrun.conf") / group
+    if not folder.is_dir():  # a key without a config group (loss, metrics)
+        return []
     return sorted(
         p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml")
     )
@@ -160,10 +162,11 @@ def find_target(group: str, target: str) -> Parameters:
     except (ModuleNotFoundError, ValueError):
         spec = None
     if spec is None:
+        ours = packaged_options(group)
+        listing = f"; tntrun's {group}s: {', '.join(ours)}" if ours else ""
         raise PlanError(
             f"{group}._target_={target}: module {module or '?'} not found in the working "
-            f"directory or the installed packages; tntrun's {group}s: "
-            f"{', '.join(packaged_options(group))}"
+            f"directory or the installed packages{listing}"
         )
     found = None
     if spec.origin and spec.origin.endswith(".py"):

@@ -15,6 +15,7 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
+from tntrun.config.compile_checks import check_compile_keys, check_optimizer_target
 from tntrun.config.user_code import check_target, find_target, is_function_target
 from tntrun.datasets.base import DatasetInfo
 from tntrun.datasets.function import SIZE_KEYS, FunctionDataset
@@ -78,6 +79,11 @@ def check_targets(cfg: DictConfig, choices: dict[str, str]) -> None:
     target = cfg.dataset._target_
     keys, sized = _dataset_keys(cfg)
     check_target("dataset", target, keys, sized, choices.get("dataset"))
+    compile_keys = OmegaConf.to_container(
+        OmegaConf.masked_copy(cfg, ["loss", "loss_weights", "metrics"]), resolve=True
+    )
+    check_compile_keys(**compile_keys)
+    check_optimizer_target(cfg.optimizer)
     manual = not distributes_automatically(cfg.dataset)
     if manual and (is_function_target(target) or not hasattr(get_class(target), "load_for_rank")):
         raise PlanError(

@@ -45,6 +45,7 @@ MLFLOW_MODEL = "mlflow_model"  # the final model
 MLFLOW_BEST_MODEL = "mlflow_model_best"  # the best by checkpoint.monitor (checkpoints/best)
 # rank 0 (tracking.check_model_loads): whether MLFLOW_MODEL loads back and predicts as trained
 MODEL_LOADS = "model_loads.json"
+LOSS_SETUP = "loss_setup.txt"  # rank 0: why the loss does not fit the labels or the outputs
 LR_PLOT = "lr_schedule.svg"
 TIMELINE = "horovod_timeline.json"
 AUTOTUNE_LOG = "horovod_autotune.csv"

@@ -40,6 +40,7 @@ class Settings:
     agreement: StepAgreement | None = None
     accumulation: _Accumulation | None = None
     noted: tuple[Any, tf.Tensor] | None = None  # (graph, loss) of the step being traced
+    scaled_in: tuple[Any] | None = None  # (graph,) whose loss was scaled: loss scaling's check
     traced: bool = False
 
     def take_loss(self) -> tf.Tensor | None:
@@ -93,11 +94,19 @@ class _DataParallel:
     def scale_loss(self, loss):
         """Keras' ``train_step`` passes each step's loss here: note it for the agreement."""
         self._data_parallel.noted = (current_graph(), loss)
+        self._data_parallel.scaled_in = (current_graph(),)
         return super().scale_loss(loss)
+
+    def get_config(self):
+        """Saved without tntrun's schedule, so that a ``.keras`` file (tntrun's checkpoints,
+        a user's ModelCheckpoint) loads where tntrun is not installed: the learning rate is
+        the number it stands at. tntrun resumes from its own checkpoints, not from this."""
+        return portable_config(super().get_config(), self)
 
     def apply(self, grads, trainable_variables=None):
         """Average ``grads`` over the ranks (every N-th micro-step), then update."""
         _refuse_xla()
+        self._refuse_unscaled_loss()
         grads = list(grads)
         if not grads:
             return
@@ -110,6 +119,10 @@ class _DataParallel:
             self._average_and_update(grads, variables, loss)
         else:
             self._accumulate(grads, variables, loss)
+
+    def _refuse_unscaled_loss(self) -> None:
+        """Loss scaling only: gradients of a loss that never passed ``scale_loss`` would be
+        divided by the loss scale all the same and train ~2^15 times too slowly, silently."""
 
     def _variables_for(self, trainable_variables, count: int) -> list:
         """The variables ``apply`` updates; builds the optimizer on its first variables."""
@@ -198,6 +211,17 @@ class _DataParallel:
 class _LossScaledDataParallel(_DataParallel):
     """Mixed in before ``LossScaleOptimizer``: unscale, average, then check for overflow."""
 
+    def _refuse_unscaled_loss(self) -> None:
+        settings = self._data_parallel
+        scaled_in, settings.scaled_in = settings.scaled_in, None
+        if scaled_in is None or scaled_in[0] is not current_graph():
+            raise UnscaledLoss(
+                "the model's train_step applies gradients of a loss that never passed "
+                "self.optimizer.scale_loss(loss) under train.precision=mixed_float16: the "
+                "updates would be divided by the loss scale; scale the loss before taking "
+                "its gradients, as Keras' own train_step does"
+            )
+
     def _local_gradients(self, grads: list, variables: list) -> list:
         inverse = 1.0 / self.dynamic_scale
         return [
@@ -237,6 +261,31 @@ class _LossScaledDataParallel(_DataParallel):
 
     def _count_step(self) -> None:
         keras_internals.count_step(self.inner_optimizer)
+
+
+class UnscaledLoss(ValueError):
+    """A loss-scaled step whose loss was never scaled: the user's train_step, a config error."""
+
+
+def portable_config(config: dict[str, Any], optimizer: Any) -> dict[str, Any]:
+    """``config`` with tntrun's learning-rate schedule replaced by its current value (in the
+    inner optimizer's config too, for a ``LossScaleOptimizer``)."""
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    schedule = keras_internals.schedule_of(inner)
+    if not type(schedule).__module__.startswith("tntrun."):
+        return config
+    # Keras' own schedule, constant at the current value: a number would make the loading
+    # optimizer hold one variable more (its learning rate) and skip the saved state.
+    constant = keras.optimizers.schedules.ExponentialDecay(
+        float(schedule(inner.iterations)), decay_steps=1, decay_rate=1.0
+    )
+    value = keras.optimizers.schedules.serialize(constant)
+    if isinstance(config.get("learning_rate"), dict):
+        config["learning_rate"] = value
+    nested = config.get("inner_optimizer", {})
+    if isinstance(nested, dict) and isinstance(nested.get("config"), dict):
+        nested["config"]["learning_rate"] = value
+    return config
 
 
 @functools.cache

@@ -154,7 +154,7 @@ def _earlier_settings(optimizer: Any) -> Settings:
         raise ValueError("this optimizer has trained already: call data_parallel before that")
     if not earlier:
         return Settings()
-    return dataclasses.replace(earlier[0], accumulation=None, noted=None)
+    return dataclasses.replace(earlier[0], accumulation=None, noted=None, scaled_in=None)
 
 
 def _check_settings(settings: Settings) -> None:
@@ -178,10 +178,13 @@ def agree_after_each_step(optimizer: Any) -> StepAgreement:
     return settings.agreement
 
 
-def note_loss(optimizer: Any, loss: tf.Tensor) -> None:
+def note_loss(optimizer: Any, loss: tf.Tensor, scaled: bool = False) -> None:
     """Note ``loss`` as this step's loss for the agreement (what ``scale_loss`` does), for
-    steps whose loss never passes through ``optimizer.scale_loss`` outside XLA."""
+    steps whose loss never passes through ``optimizer.scale_loss`` outside XLA; ``scaled``:
+    the gradients are of the loss times the loss scale (a step that scaled it itself)."""
     optimizer._data_parallel.noted = (current_graph(), loss)
+    if scaled:
+        optimizer._data_parallel.scaled_in = (current_graph(),)
 
 
 def _refuse_unaveraged_loss_scaling(model: Any, optimizer: Any) -> None:

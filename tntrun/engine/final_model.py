@@ -39,6 +39,9 @@ def save_clean_model(model, section: Mapping[str, Any], info, path: Path) -> Any
         # Built as in training (a subclassed model is called on an input to make its weights).
         clean = precision.float32_outputs(build_model(section, info), info.input_shape)
     clean.set_weights(model.get_weights())
+    if getattr(clean, "optimizer", None) is not None and not clean.optimizer.built:
+        # A builder that compiles: its optimizer saved with its variables, so it loads whole.
+        clean.optimizer.build(clean.trainable_variables)
     try:
         clean.save(path)
         return clean

@@ -50,3 +50,26 @@ def count_step(optimizer: Any) -> None:
 def tracing_into_xla() -> bool:
     """Whether the function being traced is compiled by XLA (``jit_compile``)."""
     return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+
+def compile_arguments(model: Any) -> dict[str, Any]:
+    """What ``model.compile`` was given (optimizer, loss, loss_weights, metrics,
+    weighted_metrics, ...), as given: Keras 3.15 keeps them in ``_compile_config`` (its
+    public ``get_compile_config`` returns them serialised). Empty for a model not compiled."""
+    if not getattr(model, "compiled", False) or not hasattr(model, "_compile_config"):
+        return {}
+    return dict(model._compile_config.config)
+
+
+def made_by_activation(tensor: Any) -> bool:
+    """Whether a symbolic ``tensor`` is a softmax's or sigmoid's output: Keras 3.15's TF
+    backend marks those with ``_keras_logits`` (its losses then read the logits)."""
+    op_type = getattr(getattr(tensor, "op", None), "type", None)
+    return hasattr(tensor, "_keras_logits") or op_type in ("Softmax", "Sigmoid")
+
+
+def producing_layer(output: Any) -> Any:
+    """The layer that made a functional model's symbolic ``output`` (Keras 3.15 records it
+    in ``_keras_history``)."""
+    history = getattr(output, "_keras_history", None)
+    return getattr(history, "operation", None)

@@ -16,11 +16,12 @@ from tntrun.contract.checkpoints import STATE_PREFIX
 from tntrun.datasets.base import DatasetInfo
 from tntrun.engine import data_parallel as dp
 from tntrun.engine import precision
+from tntrun.engine.compile_args import CompileArgs, compile_arguments, states_from_logits
 from tntrun.engine.lr_schedule import PlannedSchedule
 from tntrun.engine.optimizers import build_optimizer
+from tntrun.engine.output_kind import outputs_probabilities, quiet_keras_logits_warning
 from tntrun.engine.output_metrics import per_output
 from tntrun.engine.step_agreement import StepAgreement
-from tntrun.engine.tasks import compile_spec
 from tntrun.planning.plan import Plan
 
 COMPRESSION = {
@@ -40,36 +41,52 @@ def build_model_and_optimizer(plan: Plan, info: DatasetInfo) -> RankModel:
     """The compiled model, its state that of the plan's checkpoint (if any) on every rank."""
     precision.set_precision(plan.precision)  # before the model is built
     settings = plan.settings
-    model = build_keras3_model(settings.model, info)
+    built = build_model(settings.model, info)
+    spec = compile_arguments(
+        settings, info.task, built, outputs_probabilities(built, info.input_shape)
+    )
+    model = keras3_with_float32_outputs(built, settings.model, info)
+    announce(spec, settings.model["_target_"], model, info)
+    chosen = spec.optimizer or build_optimizer(settings.optimizer, PlannedSchedule(plan.schedule))
     optimizer = dp.data_parallel(
-        precision.with_loss_scaling(
-            build_optimizer(settings.optimizer, PlannedSchedule(plan.schedule)), plan.precision
-        ),
+        precision.with_loss_scaling(chosen, plan.precision),
         compression=COMPRESSION[settings.horovod.compression],
         backward_passes_per_step=plan.backward_passes_per_step,
     )
     agreement = dp.agree_after_each_step(optimizer)  # for the non-finite and preemption guards
     # Horovod's ops are not XLA ops: train.jit_compile compiles the model's part alone.
-    model.compile(
-        optimizer=optimizer,
-        jit_compile=False,
-        **per_output(compile_spec(info.task, settings.train.label_smoothing), model),
-    )
+    model.compile(optimizer=optimizer, jit_compile=False, **per_output(spec.arguments, model))
     if plan.jit_compile:
         precision.compile_gradients_with_xla(model)
     restore_and_broadcast(model, optimizer, plan)
     return RankModel(model, optimizer, agreement)
 
 
+def announce(spec: CompileArgs, target: str, model: Any, info: DatasetInfo) -> None:
+    """Rank 0 says in one line what the user's compiled model supplied, and that a
+    ``from_logits=True`` loss meets probabilities; no rank repeats Keras' warning."""
+    lines = [spec.note(f"model._target_={target}")]
+    if states_from_logits(spec.arguments.get("loss")) and outputs_probabilities(
+        model, info.input_shape
+    ):
+        quiet_keras_logits_warning()
+        lines.append(
+            "tntrun: note: the loss says from_logits=True but the model's outputs are "
+            "probabilities (a softmax or sigmoid last); Keras reads the logits behind them, "
+            "so the numbers are right: state from_logits: false to say what the model gives"
+        )
+    if hvd.rank() == 0:
+        for line in filter(None, lines):
+            print(line, flush=True)
+
+
 class UserModelError(ValueError):
     """The user's model cannot train here (e.g. built with tf_keras): a config error."""
 
 
-def build_keras3_model(section: Mapping[str, Any], info) -> Any:
-    """The model ``section`` configures, with float32 outputs
-    (:func:`precision.float32_outputs`), refused with one line when it is not a Keras 3 model
-    or cannot get them."""
-    model = build_model(section, info)
+def keras3_with_float32_outputs(model: Any, section: Mapping[str, Any], info) -> Any:
+    """The builder's ``model`` with float32 outputs (:func:`precision.float32_outputs`),
+    refused with one line when it is not a Keras 3 model or cannot get them."""
     try:
         dp.require_keras3(model, "model")
         return precision.float32_outputs(model, info.input_shape)

@@ -160,7 +160,7 @@ def observed_precision(model: Any) -> dict[str, Any]:
 def with_loss_scaling(optimizer: Any, precision: str) -> Any:
     """``optimizer`` wrapped in Keras' dynamic loss scaling when ``precision`` needs it (make
     the result data-parallel: the ranks then skip overflowing steps together)."""
-    if precision != "mixed_float16":
+    if precision != "mixed_float16" or is_loss_scaled(optimizer):  # the user's compiled one
         return optimizer
     return keras.optimizers.LossScaleOptimizer(optimizer)
 
@@ -234,7 +234,7 @@ def compile_gradients_with_xla(model: Any) -> None:
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         loss, y_pred, grads = gradients(x, y, sample_weight)
         model._loss_tracker.update_state(loss, sample_weight=tf.shape(tf.nest.flatten(x)[0])[0])
-        note_loss(optimizer, loss)
+        note_loss(optimizer, loss, scaled=scaled)
         optimizer.apply(grads, variables)
         return model.compute_metrics(x, y, y_pred, sample_weight)
 

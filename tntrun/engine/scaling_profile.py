@@ -37,8 +37,9 @@ import numpy as np
 import tensorflow as tf
 
 from tntrun.contract.run_files import SCALING_PREDICTION as OUTPUT_DIR
+from tntrun.engine import keras_internals
+from tntrun.engine.compile_args import KEPT
 from tntrun.engine.optimizers import build_optimizer
-from tntrun.engine.tasks import compile_spec
 from tntrun.planning import scaling_model
 from tntrun.planning.plan import Plan
 
@@ -191,9 +192,10 @@ def local_step_seconds(
     size, 1 included (timed to the batch-end hook, a 1-rank prediction missed it).
     Recompiles ``model``: call only once its trained weights are saved.
     """
+    trained_with = keras_internals.compile_arguments(model)  # the run's loss and metrics
     model.compile(
         optimizer=build_optimizer(plan.settings.optimizer, plan.scaled_lr),
-        **compile_spec(task, plan.settings.train.label_smoothing),
+        **{key: trained_with[key] for key in KEPT if trained_with.get(key) is not None},
     )
     local = _timed_fit(model, batches, steps).cycles()  # as the run's steps are timed
     every_rank = hvd.allgather(tf.constant(local, tf.float64), name="scaling_probe.compute")

@@ -9,8 +9,10 @@ import keras
 TASKS = ("classification", "translation")
 
 
-def compile_spec(task: str, label_smoothing: float) -> dict[str, Any]:
-    """``model.compile`` arguments (loss, weighted metrics) for ``task``.
+def compile_spec(task: str, label_smoothing: float, from_logits: bool = True) -> dict[str, Any]:
+    """``model.compile``'s default arguments (loss, weighted metrics) for ``task``, when
+    neither the config nor the user's compiled model states them; ``from_logits``: whether
+    the model outputs logits (else probabilities, a softmax last).
 
     Metrics are weighted so zero-weight padding samples never count.
     """
@@ -21,7 +23,7 @@ def compile_spec(task: str, label_smoothing: float) -> dict[str, Any]:
                 "sparse cross-entropy without smoothing: set train.label_smoothing=0"
             )
         return {
-            "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            "loss": keras.losses.SparseCategoricalCrossentropy(from_logits=from_logits),
             "weighted_metrics": ["accuracy"],
         }
     if task == "translation":

@@ -17,16 +17,21 @@ import horovod.tensorflow as hvd
 
 from tntrun.contract.stop_requests import StopRequests
 from tntrun.engine import precision
+from tntrun.engine.averaging_optimizer import UnscaledLoss
 from tntrun.engine.callback_set import RankCallbacks, build_callbacks, checkpoint_meta
 from tntrun.engine.final_model import predict_scaling, save_clean_model, save_final
 from tntrun.engine.fitting import fit_with_rollbacks
+from tntrun.engine.loss_check import LossSetupError, check_loss_setup
 from tntrun.engine.mfu import model_flop_utilisation
 from tntrun.engine.model_set import RankModel, UserModelError, build_model_and_optimizer
 from tntrun.engine.pipelines import RankData, build_data, stream_from
 from tntrun.engine.preemption import Preempted, checkpoint_and_record
 from tntrun.planning.plan import Plan
 
-__all__ = ["UserModelError", "train"]
+# The user's code or config cannot train: one line, as a config error.
+USER_ERRORS = (UserModelError, LossSetupError, UnscaledLoss)
+
+__all__ = ["USER_ERRORS", "train"]
 
 
 def train(plan: Plan, run_dir: Path, requests: StopRequests | None = None) -> dict[str, float]:
@@ -40,6 +45,7 @@ def train(plan: Plan, run_dir: Path, requests: StopRequests | None = None) -> di
         raise RuntimeError(f"launched {size} ranks but the plan expects {plan.world_size}")
     data = build_data(plan, rank, size)
     net = build_model_and_optimizer(plan, data.info)
+    check_loss_setup(net.model, data.val, run_dir)
 
     def save_model(path: Path) -> Any:
         return save_clean_model(net.model, plan.settings.model, data.info, path)

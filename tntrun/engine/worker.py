@@ -104,7 +104,7 @@ def train_here(plan: Plan, run_dir: Path, requests: StopRequests) -> int:
     from tntrun.engine import mlflow_model
     from tntrun.engine.nonfinite import NonFiniteLoss
     from tntrun.engine.preemption import Preempted
-    from tntrun.engine.trainer import UserModelError, train
+    from tntrun.engine.trainer import USER_ERRORS, train
 
     rank = runtime.hvd.rank()
     try:
@@ -113,7 +113,7 @@ def train_here(plan: Plan, run_dir: Path, requests: StopRequests) -> int:
         policy = f" (train.on_nonfinite={plan.settings.train.on_nonfinite.value})"
         print(f"rank {rank}: stopped: {stopped}{'' if stopped.data else policy}", flush=True)
         return EXIT_NONFINITE
-    except UserModelError as refused:  # the same on every rank, before any step
+    except USER_ERRORS as refused:  # the same on every rank, before any step (or at the first)
         print(f"tntrun: config error: {refused}", flush=True)
         return EXIT_CONFIG_ERROR
     except Preempted as stopped:  # every rank, once rank 0's checkpoint of the step is written

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from tntrun.config.schema import ADAPTIVE_OPTIMIZERS, LrScaling
 from tntrun.config.settings import Settings, plain_settings, recorded_settings, settings_of
 from tntrun.contract import run_files
 from tntrun.datasets.base import DatasetInfo
@@ -143,6 +144,15 @@ class Plan:
             notes.append(
                 "pin_to_socket=true on nodes of one socket: every rank is bound to socket 0, "
                 "which is all of the node (sockets_per_node=1 here)"
+            )
+        adaptive = self.settings.optimizer.get("name") in ADAPTIVE_OPTIMIZERS
+        scaled = self.effective_batch_size != self.base_batch_size
+        if adaptive and scaled and self.lr_scaling == LrScaling.linear.value:
+            notes.append(
+                f"optimizer={self.settings.optimizer['name']} with schedule.scaling=linear: the "
+                f"linear rule (base_lr x {self.effective_batch_size}/{self.base_batch_size}) was "
+                "shown for SGD [Goyal et al.]; for adaptive optimizers the square-root rule is "
+                "the usual one: schedule.scaling=sqrt"
             )
         if self.gpus_per_node == 0 and any(k.key == "hierarchical_allreduce" for k in self.horovod):
             notes.append(

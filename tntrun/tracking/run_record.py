@@ -88,8 +88,11 @@ def record_outputs(
     }
     for key, value in tags.items():
         tracker.set_tag(key, value)
+    loss_setup = run_dir / run_files.LOSS_SETUP
     if stalled:
         tracker.set_tag("failure.stalled", stalled)
+    elif status == RunStatus.FAILED and loss_setup.is_file():
+        tracker.set_tag("failure.loss_setup", loss_setup.read_text().strip()[:5000])
     elif status == RunStatus.FAILED:
         failure = find_failure(run_dir / run_files.LOGS)
         if failure is not None:
@@ -108,6 +111,9 @@ def failure_reason(run_dir: Path, stalled: str | None) -> str | None:
     reason = nonfinite_tags(run_dir).get("failure.nonfinite")
     if reason:
         return reason
+    loss_setup = run_dir / run_files.LOSS_SETUP
+    if loss_setup.is_file():
+        return loss_setup.read_text().strip()
     failure = find_failure(run_dir / run_files.LOGS)
     return failure.reason if failure is not None else None
 
