@@ -1,6 +1,7 @@
 """Real 2-rank runs of what users pass beside the data: class weights and a dataset's own
 sample weights train as serial single-process Keras does with the same weights on the same
-global batches; a two-input, two-output model fed dicts by a function dataset finishes."""
+global batches; a two-input, two-output model fed dicts by a function dataset finishes,
+its outputs' losses weighted by loss_weights."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ pytestmark = pytest.mark.slow
 
 GLOBAL, EPOCHS, LR, SEED = 16, 3, 0.1, 5
 CLASS_WEIGHT = {0: 0.5, 2: 3.0}
+VAL_LOSSES = ("val_out1_loss", "val_out2_loss", "val_loss")
 
 
 def run_metrics(workdir, result, key: str) -> list[float]:
@@ -115,6 +117,8 @@ def test_a_two_input_two_output_model_trains_from_a_function_returning_dict_data
         "train.drop_remainder=false",
         "global_batch_size=32",
         "optimizer.base_lr=0.02",  # Adam's, stated at 64: 0.01 at 32
+        "loss={out1:sparse_categorical_crossentropy,out2:sparse_categorical_crossentropy}",
+        "loss_weights={out1:1.0,out2:0.5}",
         "train.epochs=4",
         "tracking.system_metrics=false",
     )
@@ -126,3 +130,6 @@ def test_a_two_input_two_output_model_trains_from_a_function_returning_dict_data
     for head in ("out1", "out2"):
         accuracy = run_metrics(tmp_path, result, f"val_{head}_accuracy")
         assert len(accuracy) == 4 and accuracy[-1] > 0.8, (head, accuracy)
+    # The loss the model trains on weighs its outputs' losses as loss_weights says.
+    out1, out2, total = (run_metrics(tmp_path, result, k) for k in VAL_LOSSES)
+    np.testing.assert_allclose(total, np.add(out1, 0.5 * np.asarray(out2)), rtol=1e-5)

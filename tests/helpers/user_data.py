@@ -86,8 +86,8 @@ TWO_HEADS = textwrap.dedent('''
         a = keras.Input(shape=tuple(input_shape["a"]), name="a")
         b = keras.Input(shape=tuple(input_shape["b"]), name="b")
         h = keras.layers.Dense(16, activation="relu")(keras.layers.Concatenate()([a, b]))
-        out1 = keras.layers.Dense(num_classes, name="out1")(h)
-        out2 = keras.layers.Dense(num_classes, name="out2")(h)
+        out1 = keras.layers.Dense(num_classes, activation="softmax", name="out1")(h)
+        out2 = keras.layers.Dense(num_classes, activation="softmax", name="out2")(h)
         return keras.Model({"a": a, "b": b}, {"out1": out1, "out2": out2})
 ''')
 
