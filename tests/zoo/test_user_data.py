@@ -19,7 +19,7 @@ from tntrun.errors import PlanError
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 tf = require_module("tensorflow")
 
-from datasets.function import DatasetMismatch, FunctionDataset  # noqa: E402
+from tntrun.datasets.function import DatasetMismatch, FunctionDataset  # noqa: E402
 from tntrun.engine.pipelines import UserDataError, build_data  # noqa: E402
 from tntrun.planning.plan import Plan  # noqa: E402
 
@@ -210,12 +210,14 @@ def npz_with_named_arrays(path, **extra) -> None:
 
 
 def test_npz_named_arrays_load_as_dicts_of_inputs_and_outputs(in_tmp):
-    from datasets.npz import NpzDataset
+    from tntrun.datasets.npz import NpzDataset
+    from tntrun.tracking.runs_table import dataset_profile
 
     npz_with_named_arrays(in_tmp / "d.npz")
     dataset = NpzDataset(str(in_tmp / "d.npz"))
     info = dataset.info()
     assert info.input_shape == {"a": (3,), "b": (2, 2)}
+    assert dataset_profile(info)["input_shape"] == {"a": [3], "b": [2, 2]}  # as MLflow logs it
     assert (info.num_train, info.num_val, info.num_classes) == (12, 5, 4)
     train, val = dataset.load()
     features, labels = next(iter(val.skip(3)))
@@ -234,3 +236,16 @@ def test_npz_named_arrays_that_disagree_are_one_line_naming_dataset_path(in_tmp,
     npz_with_named_arrays(in_tmp / "d.npz", **extra)
     problem = refusal(["dataset=npz", f"dataset.path={in_tmp / 'd.npz'}"])
     assert problem.startswith(f"dataset.path={in_tmp / 'd.npz'}") and message in problem
+
+
+def test_class_weights_for_a_translation_dataset_are_refused_before_launch(compose_cfg):
+    from tests.helpers.plans import plan_for
+    from tntrun.datasets.base import DatasetInfo
+
+    tokens = DatasetInfo(1000, 100, (16,), 500, task="translation")
+    with pytest.raises(PlanError) as refused:
+        plan_for(compose_cfg, "+train.class_weight.1=2.0", data=tokens)
+    assert refused.value.problems == [
+        "train.class_weight: the dataset's task is translation; class weights weigh one class "
+        "per sample: remove train.class_weight"
+    ]
