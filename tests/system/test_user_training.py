@@ -154,7 +154,7 @@ def test_a_stated_loss_optimizer_and_callback_file_load_without_tntrun(run_tntru
     assert "Skipping variable loading" not in loaded.stderr, loaded.stderr[-3000:]
 
 
-def test_regression_with_mse_and_mae_equals_keras_on_the_final_weights(run_tntrun, user_dir):
+def test_an_adamw_regression_with_mse_and_mae_equals_keras_on_the_final_weights(run_tntrun, user_dir):
     result = run_tntrun(
         "model=custom",
         "model._target_=usercode.regressor",
@@ -162,8 +162,8 @@ def test_regression_with_mse_and_mae_equals_keras_on_the_final_weights(run_tntru
         "dataset._target_=usercode.Regression",
         "loss=mse",
         "metrics=[mae]",
-        "optimizer=rmsprop",
-        "optimizer.base_lr=0.1",
+        "optimizer=adamw",
+        "optimizer.base_lr=0.3",
         "optimizer.base_batch_size=16",
         "global_batch_size=16",
         *QUIET,
