@@ -4,7 +4,8 @@ the per-epoch loss of plain single-process Keras at the same global batch.
 
 The serial reference runs in this process: the same builder (it seeds its own initial
 weights), Keras' ``Lamb`` by its own name, the digits in tntrun's global order (the same
-shuffle on every rank, seed * 100003 + epoch, batches of the global batch, the rest dropped).
+shuffle on every rank, op seed seed * 100003 + epoch under the global seed ``seed``, batches
+of the global batch, the rest dropped).
 """
 
 from __future__ import annotations
@@ -71,8 +72,11 @@ def serial_lamb(module: ModuleType) -> tuple[list[np.ndarray], list[float]]:
     info = dataset.info()
     model = module.build(info.input_shape, info.num_classes)
     model.compile(optimizer=keras.optimizers.Lamb(LR), loss="sparse_categorical_crossentropy")
+    # A rank seeds TensorFlow with the run's seed before it builds its data (engine/runtime.py),
+    # and tf.data's shuffle takes that global seed with its own: the order needs both.
+    tf.random.set_seed(SEED)
     batches, steps = global_order(dataset.load()[0], info.num_train)
-    history = model.fit(batches, epochs=EPOCHS, steps_per_epoch=steps, verbose=0)
+    history = model.fit(batches, epochs=EPOCHS, steps_per_epoch=steps, verbose=0, shuffle=False)
     return model.get_weights(), history.history["loss"]
 
 
