@@ -83,16 +83,21 @@ class Case:
 
 def cases() -> list[Case]:
     """Every optimizer tntrun names once, the model kinds in turn (each kind three times or
-    more), SGD also with Nesterov momentum as Tarantella's suite has it. Adafactor states
-    ``epsilon_1=1e-15``: with Keras' 1e-30 its factored second moment underflows to 0 in
-    float32 where an always-zero input pixel meets a ReLU unit dead for the whole batch
-    (1e-30 * 1e-30), and the weights become NaN, in serial Keras too."""
+    more), SGD also with Nesterov momentum as Tarantella's suite has it; with
+    ``TNTRUN_PEER_SUITE=full``, every optimizer on every kind (about 5 minutes, not in CI).
+
+    Adafactor states ``epsilon_1=1e-15``: with Keras' 1e-30 its factored second moment
+    underflows to 0 in float32 where an always-zero input pixel meets a ReLU unit dead for
+    the whole batch (1e-30 * 1e-30), and the weights become NaN, in serial Keras too."""
     arguments = {"adafactor": {"epsilon_1": 1e-15}}
+    full = os.environ.get("TNTRUN_PEER_SUITE") == "full"
     chosen = [
-        Case(name, KINDS[i % len(KINDS)], arguments.get(name, {}))
+        Case(name, kind, arguments.get(name, {}))
         for i, name in enumerate(OPTIMIZER_SCHEMAS)
+        for kind in (KINDS if full else [KINDS[i % len(KINDS)]])
     ]
-    return [*chosen, Case("sgd", "lenet5", {"momentum": 0.9, "nesterov": True})]
+    nesterov = {"momentum": 0.9, "nesterov": True}
+    return [*chosen, *(Case("sgd", kind, nesterov) for kind in (KINDS if full else ["lenet5"]))]
 
 
 class Subclassed(keras.Model):
