@@ -105,6 +105,7 @@ CHECKS = [
         "inverse_sqrt, warmup_cosine, warmup_piecewise",
     ),
     (["optimizer=adamv"], "optimizer=adamv: no such optimizer; did you mean adam, nadam, adamw?"),
+    (["optimizer.name=adamm"], "optimizer.name=adamm: tntrun has no optimizer of that name; did"),
     (["loss=mse_"], "loss=mse_: Keras has no loss of that name; did you mean mse, msle?"),
     (["metrics=[auc,acuracy]"], "metrics=acuracy: Keras has no metric of that name; did you mean"),
     (["loss_weights=[1,-2]"], "loss_weights=[1, -2]: give a list of non-negative numbers"),

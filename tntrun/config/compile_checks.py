@@ -13,6 +13,7 @@ from numbers import Real
 from pathlib import Path
 from typing import Any
 
+from tntrun.config.schema import OPTIMIZER_SCHEMAS
 from tntrun.config.user_code import check_target
 from tntrun.errors import PlanError
 
@@ -176,7 +177,13 @@ def check_compile_keys(loss: Any, loss_weights: Any, metrics: Any) -> None:
 
 def check_optimizer_target(section: Mapping[str, Any]) -> None:
     """A user's optimizer class (``optimizer=custom``) takes ``learning_rate`` and the keys."""
-    target = section.get("_target_")
+    target, name = section.get("_target_"), section.get("name")
+    if not target and name not in OPTIMIZER_SCHEMAS:
+        known = frozenset(OPTIMIZER_SCHEMAS)
+        raise PlanError(
+            f"optimizer.name={name}: tntrun has no optimizer of that name; "
+            f"{close_names(str(name), known)} (choose it with optimizer=<name>)"
+        )
     if target:
         keys = [k for k in section if k not in ("_target_", "base_lr", "base_batch_size")]
         check_target("optimizer", str(target), keys, supplied=("learning_rate",))
