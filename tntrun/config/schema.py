@@ -316,6 +316,10 @@ class TrainConfig:
     precision: Precision = Precision.float32
     # Compile each rank's forward and backward pass with XLA.
     jit_compile: bool = False
+    # Every keras.layers.BatchNormalization computes its batch mean and variance over all
+    # ranks (the global batch) in training, one allreduce per layer and step; off: each
+    # rank's micro-batch (its moving statistics are averaged at each epoch's end either way).
+    sync_batch_norm: bool = False
 
 
 @dataclass

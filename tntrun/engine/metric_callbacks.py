@@ -1,6 +1,6 @@
-"""The callbacks that measure a rank's training and hand the numbers on: metrics averaged
-over the ranks, exact validation, throughput, the step and epoch metrics for the driver, and
-the dtypes the model trains in."""
+"""The callbacks that measure a rank's training and hand the numbers on: metrics exact over
+the ranks (their state summed), exact validation, throughput, the step and epoch metrics for
+the driver, and the dtypes the model trains in."""
 
 from __future__ import annotations
 
@@ -16,28 +16,40 @@ import tensorflow as tf
 
 from tntrun.contract.run_files import ENV_DRIVER_START
 from tntrun.engine.collectives import weighted_mean
+from tntrun.engine.keras_internals import build_metrics
 from tntrun.engine.lr_schedule import learning_rate_of
+from tntrun.engine.metric_state import sum_metric_state
 from tntrun.engine.precision import observed_precision
 from tntrun.engine.step_agreement import StepAgreement
 
 
 class AverageTrainMetrics(keras.callbacks.Callback):
-    """Replace each rank's epoch training metrics by their sample-weighted mean over ranks."""
+    """Replace each rank's epoch training metrics by those of the ranks' summed metric state
+    (:mod:`~tntrun.engine.metric_state`: exact for every additive metric, not only means);
+    the other logs (throughput, the LR) by their sample-weighted mean over ranks."""
 
     def __init__(self, local_samples_per_epoch: int) -> None:
         super().__init__()
         self.weight = local_samples_per_epoch
 
     def on_epoch_end(self, epoch, logs=None):
-        if logs:
-            logs.update(weighted_mean(dict(logs), self.weight, name=f"train_metrics.{epoch}"))
+        if not logs:
+            return
+        metric_names = set(self.model.get_metrics_result())
+        others = {k: v for k, v in logs.items() if k not in metric_names}
+        for name in metric_names:
+            logs.pop(name, None)
+        logs.update(sum_metric_state(self.model, name=f"train_metrics.{epoch}"))
+        if others:
+            logs.update(weighted_mean(others, self.weight, name=f"train_logs.{epoch}"))
 
 
 class ShardedValidation(keras.callbacks.Callback):
     """Evaluate the validation set split across ranks and add exact global ``val_*`` logs.
 
-    Each rank evaluates its shard; means are re-weighted by shard sizes, so the
-    result equals a single-process evaluation of the whole set.
+    Each rank evaluates its shard, then the ranks' metric states are summed
+    (:mod:`~tntrun.engine.metric_state`), so every metric equals a single-process evaluation
+    of the whole set; a rank without samples contributes a zero state.
     """
 
     def __init__(self, dataset: tf.data.Dataset, local_samples: int, every_epochs: int = 1):
@@ -47,13 +59,13 @@ class ShardedValidation(keras.callbacks.Callback):
         self.every_epochs = max(1, every_epochs)
 
     def evaluate(self, tag: str) -> dict[str, float]:
-        local: dict[str, float] = {}
         if self.local_samples:
-            local = self.model.evaluate(self.dataset, verbose=0, return_dict=True)
-        else:  # no sample on this rank: contribute weight 0 with the same keys
-            local = dict.fromkeys(self.model.get_metrics_result(), 0.0)
-        averaged = weighted_mean(local, self.local_samples, name=f"val_metrics.{tag}")
-        return {f"val_{k}": v for k, v in averaged.items()}
+            self.model.evaluate(self.dataset, verbose=0)  # leaves the shard's state
+        else:  # no sample on this rank: the same metrics, built, with zero state
+            build_metrics(self.model, self.dataset.element_spec)
+            self.model.reset_metrics()
+        summed = sum_metric_state(self.model, name=f"val_metrics.{tag}")
+        return {f"val_{k}": v for k, v in summed.items()}
 
     def on_epoch_end(self, epoch, logs=None):
         last = epoch + 1 == self.params.get("epochs")

@@ -7,13 +7,16 @@ import keras
 import numpy as np
 
 from tntrun.engine.collectives import checksums_across_ranks
+from tntrun.engine.model_average import synced_weights
 
 
 class WeightSyncGuard(keras.callbacks.Callback):
     """Stop with a clear error when ranks' weights diverge (gradients not averaged).
 
     Horovod under the wrong Keras silently skips the allreduce; comparing a
-    weight checksum after the first step and every ``every_epochs`` catches it.
+    weight checksum after the first step and every ``every_epochs`` catches it. At an
+    epoch's end and the end of training it covers the non-trainable float weights too
+    (BatchNorm's moving statistics): place it after :class:`AverageNonTrainable`.
     """
 
     def __init__(self, every_epochs: int = 1) -> None:
@@ -23,10 +26,9 @@ class WeightSyncGuard(keras.callbacks.Callback):
 
     final_spread: float = float("nan")
 
-    def _check(self, when: str) -> None:
-        # Trainable weights only: BatchNorm's moving statistics follow each rank's own
-        # batches (as in any Horovod job without SyncBatchNorm) and may differ.
-        sums = checksums_across_ranks(self.model.trainable_variables, name=f"weight_sync.{when}")
+    def _check(self, when: str, variables: list | None = None) -> None:
+        variables = synced_weights(self.model) if variables is None else variables
+        sums = checksums_across_ranks(variables, name=f"weight_sync.{when}")
         spread = self.final_spread = float(sums.max() - sums.min())
         if not np.isfinite(sums).all():
             bad = [rank for rank, value in enumerate(sums.tolist()) if not np.isfinite(value)]
@@ -44,7 +46,9 @@ class WeightSyncGuard(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if not self._checked_first_step:
             self._checked_first_step = True
-            self._check("after the first step")
+            # Trainable weights only: the non-trainable ones (BatchNorm's moving statistics)
+            # follow each rank's batches until they are averaged at the epoch's end.
+            self._check("after the first step", self.model.trainable_weights)
 
     def on_epoch_end(self, epoch, logs=None):
         if self.every_epochs > 0 and (epoch + 1) % self.every_epochs == 0:
