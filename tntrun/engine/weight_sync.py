@@ -9,6 +9,11 @@ import numpy as np
 from tntrun.engine.collectives import checksums_across_ranks
 from tntrun.engine.model_average import synced_weights
 
+NON_TRAINABLE_HINT = (
+    "; or the non-trainable weights (BatchNorm's moving statistics) were not averaged at the "
+    "epoch's end: AverageNonTrainable (tntrun.engine.model_average) comes before this guard"
+)
+
 
 class WeightSyncGuard(keras.callbacks.Callback):
     """Stop with a clear error when ranks' weights diverge (gradients not averaged).
@@ -26,8 +31,9 @@ class WeightSyncGuard(keras.callbacks.Callback):
 
     final_spread: float = float("nan")
 
-    def _check(self, when: str, variables: list | None = None) -> None:
-        variables = synced_weights(self.model) if variables is None else variables
+    def _check(self, when: str, trainable_only: bool = False) -> None:
+        model = self.model
+        variables = model.trainable_weights if trainable_only else synced_weights(model)
         sums = checksums_across_ranks(variables, name=f"weight_sync.{when}")
         spread = self.final_spread = float(sums.max() - sums.min())
         if not np.isfinite(sums).all():
@@ -41,6 +47,7 @@ class WeightSyncGuard(keras.callbacks.Callback):
                 f"ranks' weights diverged {when} (checksums by rank: {sums.tolist()}): gradients "
                 "are not being averaged: every update must go through the data-parallel "
                 "optimizer (see tntrun.engine.data_parallel)"
+                + ("" if trainable_only else NON_TRAINABLE_HINT)
             )
 
     def on_train_batch_end(self, batch, logs=None):
@@ -48,7 +55,7 @@ class WeightSyncGuard(keras.callbacks.Callback):
             self._checked_first_step = True
             # Trainable weights only: the non-trainable ones (BatchNorm's moving statistics)
             # follow each rank's batches until they are averaged at the epoch's end.
-            self._check("after the first step", self.model.trainable_weights)
+            self._check("after the first step", trainable_only=True)
 
     def on_epoch_end(self, epoch, logs=None):
         if self.every_epochs > 0 and (epoch + 1) % self.every_epochs == 0:
