@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from tntrun.contract.run_files import ENV_DRIVER_START
-from tntrun.engine.collectives import weighted_mean
+from tntrun.engine.collectives import means_of, weighted_vector
 from tntrun.engine.keras_internals import build_metrics
 from tntrun.engine.lr_schedule import learning_rate_of
 from tntrun.engine.metric_state import sum_metric_state
@@ -26,22 +26,26 @@ from tntrun.engine.step_agreement import StepAgreement
 class AverageTrainMetrics(keras.callbacks.Callback):
     """Replace each rank's epoch training metrics by those of the ranks' summed metric state
     (:mod:`~tntrun.engine.metric_state`: exact for every additive metric, not only means);
-    the other logs (throughput, the LR) by their sample-weighted mean over ranks."""
+    the other logs (throughput, the LR) by their sample-weighted mean over ranks, summed in
+    the same allreduce."""
 
     def __init__(self, local_samples_per_epoch: int) -> None:
         super().__init__()
         self.weight = local_samples_per_epoch
+        self._metric_names: set[str] | None = None  # the same all training long
 
     def on_epoch_end(self, epoch, logs=None):
         if not logs:
             return
-        metric_names = set(self.model.get_metrics_result())
-        others = {k: v for k, v in logs.items() if k not in metric_names}
-        for name in metric_names:
+        if self._metric_names is None:
+            self._metric_names = set(self.model.get_metrics_result())
+        others = {k: v for k, v in logs.items() if k not in self._metric_names}
+        extra = weighted_vector(others, self.weight)
+        results, sums = sum_metric_state(self.model, f"train_metrics.{epoch}", extra)
+        for name in self._metric_names:
             logs.pop(name, None)
-        logs.update(sum_metric_state(self.model, name=f"train_metrics.{epoch}"))
-        if others:
-            logs.update(weighted_mean(others, self.weight, name=f"train_logs.{epoch}"))
+        logs.update(results)
+        logs.update(means_of(list(others), sums))
 
 
 class ShardedValidation(keras.callbacks.Callback):
@@ -64,7 +68,7 @@ class ShardedValidation(keras.callbacks.Callback):
         else:  # no sample on this rank: the same metrics, built, with zero state
             build_metrics(self.model, self.dataset.element_spec)
             self.model.reset_metrics()
-        summed = sum_metric_state(self.model, name=f"val_metrics.{tag}")
+        summed, _ = sum_metric_state(self.model, name=f"val_metrics.{tag}")
         return {f"val_{k}": v for k, v in summed.items()}
 
     def on_epoch_end(self, epoch, logs=None):

@@ -73,21 +73,28 @@ def unpack_into(variables: Sequence[Any], vector: np.ndarray) -> None:
         shape = tuple(variable.shape)
         size = int(np.prod(shape, dtype=np.int64))
         part = vector[offset : offset + size].reshape(shape)
-        dtype = tf.as_dtype(variable.dtype).as_numpy_dtype
-        variable.assign(np.rint(part).astype(dtype) if np.dtype(dtype).kind != "f" else part)
+        dtype = np.dtype(tf.as_dtype(variable.dtype).as_numpy_dtype)
+        # In the variable's own dtype: Keras' assign of another dtype costs a cast op.
+        variable.assign(np.rint(part).astype(dtype) if dtype.kind != "f" else part.astype(dtype))
         offset += size
     if offset != vector.size:
         raise ValueError(f"{vector.size} state values for variables of {offset}")
 
 
-def sum_metric_state(model: Any, name: str) -> dict[str, float]:
-    """Sum the state of ``model.metrics`` over the ranks (one Sum-allreduce of one float64
-    vector), leave the sums in the metrics and return their results. Every rank calls it;
-    a rank that saw no sample contributes a reset (zero) state."""
+def sum_metric_state(
+    model: Any, name: str, extra: np.ndarray | None = None
+) -> tuple[dict[str, float], np.ndarray]:
+    """Sum the state of ``model.metrics`` over the ranks, leave the sums in the metrics and
+    return their results, with the sum of ``extra`` (other numbers to sum, in the same
+    allreduce): one Sum-allreduce of one float64 vector. Every rank calls it; a rank that
+    saw no sample contributes a reset (zero) state."""
     variables = state_variables(model)
-    total = hvd.allreduce(tf.constant(pack(variables)), op=hvd.Sum, name=name).numpy()
-    unpack_into(variables, total)
-    return scalar_results(model.get_metrics_result())
+    local = pack(variables)
+    extra = np.zeros(0, np.float64) if extra is None else np.asarray(extra, np.float64)
+    vector = np.concatenate([local, extra])
+    total = hvd.allreduce(tf.constant(vector), op=hvd.Sum, name=name).numpy()
+    unpack_into(variables, total[: local.size])
+    return scalar_results(model.get_metrics_result()), total[local.size :]
 
 
 def scalar_results(results: dict[str, Any]) -> dict[str, float]:
