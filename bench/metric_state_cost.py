@@ -41,8 +41,12 @@ ROOT = Path(__file__).resolve().parents[1]
 RANK_SCRIPT = ROOT / "bench" / "metric_state_rank.py"
 MODELS = {"default (MLP, digits)": (), "model=cnn": ("model=cnn",)}
 COMMON = ("tracking.system_metrics=false", "checkpoint.every_epochs=0")
-MAPPED = {"tntrun": "tntrun", "models": "tntrun/models", "datasets": "tntrun/datasets",
-          "conf": "tntrun/conf"}  # fmt: skip
+MAPPED = {  # source folder -> where the installed package has it
+    "tntrun": "tntrun",
+    "models": "tntrun/models",
+    "datasets": "tntrun/datasets",
+    "conf": "tntrun/conf",
+}
 
 
 def base_commit() -> str:
