@@ -206,7 +206,7 @@ class PrecisionRecord(keras.callbacks.Callback):
 
 
 class EpochMetricsLogger(keras.callbacks.Callback):
-    """Master rank: hand each epoch's (already averaged) logs to ``log_metrics``."""
+    """Master rank: hand each epoch's logs (already reduced over the ranks) to ``log_metrics``."""
 
     def __init__(self, log_metrics: Callable[[dict[str, float], int], None]) -> None:
         super().__init__()

@@ -36,7 +36,7 @@ __all__ = ["USER_ERRORS", "train"]
 
 
 def train(plan: Plan, run_dir: Path, requests: StopRequests | None = None) -> dict[str, float]:
-    """Train as one rank of ``plan``; return the final averaged metrics (same on all ranks).
+    """Train as one rank of ``plan``; return the final metrics (over all ranks, the same on each).
 
     Raises :class:`Preempted` on every rank, after the checkpoint of the step they agreed
     on, once any rank was asked to stop (``requests``).
