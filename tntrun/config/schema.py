@@ -322,6 +322,10 @@ class TrainConfig:
     # train.class_weight={0:1.0,3:5.0}. Keys typed Any, as OmegaConf cannot take both forms
     # into dict[int, float] (the dotted key arrives as text); the planner checks they are ids.
     class_weight: dict[Any, float] = field(default_factory=dict)
+    # Every keras.layers.BatchNormalization computes its batch mean and variance over all
+    # ranks (the global batch) in training, one allreduce per layer and step; off: each
+    # rank's micro-batch (its moving statistics are averaged at each epoch's end either way).
+    sync_batch_norm: bool = False
 
 
 @dataclass

@@ -95,9 +95,21 @@ def unknown_tracking_keys(settings: Settings) -> list[str]:
     ]
 
 
+def combination_problems(settings: Settings) -> list[str]:
+    """Values that are fine alone but not together."""
+    train = settings.train
+    if train.sync_batch_norm and train.jit_compile:
+        return [
+            "train.sync_batch_norm=true: its allreduce in the forward pass is not an XLA op; "
+            "set train.jit_compile=false (or train.sync_batch_norm=false)"
+        ]
+    return []
+
+
 def value_problems(settings: Settings) -> list[str]:
-    """One line per value out of its range, and per unknown tracking key."""
-    problems = unknown_tracking_keys(settings)
+    """One line per value out of its range, per unknown tracking key and per combination
+    that cannot run."""
+    problems = unknown_tracking_keys(settings) + combination_problems(settings)
     for key, accepts, fix in RULES:
         value = lookup(settings, key)
         if (key == "optimizer.base_lr" or value is not None) and not accepts(value):

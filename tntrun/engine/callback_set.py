@@ -30,6 +30,7 @@ from tntrun.engine.metric_callbacks import (
     StepMetrics,
     Throughput,
 )
+from tntrun.engine.model_average import AverageNonTrainable
 from tntrun.engine.nonfinite import NonFiniteGuard
 from tntrun.engine.pipelines import RankData
 from tntrun.engine.preemption import PreemptionGuard
@@ -92,7 +93,8 @@ def build_callbacks(
         agreement,  # reads the step's averaged loss and stop request for the two guards
         NonFiniteGuard(agreement),  # before any other callback sees a bad step
         preemption,  # after the non-finite guard: a bad step is not saved
-        sync_guard,
+        AverageNonTrainable(),  # before all that reads the model at the epoch's end
+        sync_guard,  # after the averaging: it checks the non-trainable weights too
         LearningRateLogger(),
         AverageTrainMetrics(plan.steps_per_epoch * plan.micro_batch_size),
         ShardedValidation(data.val, data.val_samples, train.epochs_between_evals),

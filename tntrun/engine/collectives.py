@@ -15,9 +15,18 @@ def weighted_mean(values: Mapping[str, float], weight: float, name: str) -> dict
     One Sum-allreduce of ``[w*v_1, ..., w*v_k, w]``; every rank must call it with
     the same keys in the same order.
     """
-    keys = list(values)
-    local = np.array([weight * float(values[k]) for k in keys] + [float(weight)], np.float64)
+    local = weighted_vector(values, weight)
     total = hvd.allreduce(tf.constant(local), op=hvd.Sum, name=name).numpy()
+    return means_of(list(values), total)
+
+
+def weighted_vector(values: Mapping[str, float], weight: float) -> np.ndarray:
+    """``[w*v_1, ..., w*v_k, w]``: this rank's part of a weighted mean, to be summed."""
+    return np.array([weight * float(v) for v in values.values()] + [float(weight)], np.float64)
+
+
+def means_of(keys: Sequence[str], total: np.ndarray) -> dict[str, float]:
+    """The weighted means from the ranks' summed :func:`weighted_vector` (NaN: no weight)."""
     if total[-1] <= 0:
         return {k: float("nan") for k in keys}
     return {k: float(total[i] / total[-1]) for i, k in enumerate(keys)}

@@ -73,3 +73,27 @@ def producing_layer(output: Any) -> Any:
     in ``_keras_history``)."""
     history = getattr(output, "_keras_history", None)
     return getattr(history, "operation", None)
+
+
+# Checked against Keras 3.15.1 (keras/src/layers/normalization/batch_normalization.py):
+# ``call`` takes the batch's (mean, variance) from ``self._moments(inputs, mask)`` in
+# training, and uses them both to normalise and to update the moving statistics.
+def replace_moments(layer: Any, moments: Callable[[Any, Any], tuple[Any, Any]]) -> None:
+    """Make a ``BatchNormalization`` layer take its batch statistics from ``moments``."""
+    object.__setattr__(layer, "_moments", moments)
+
+
+def reduction_axes(layer: Any) -> list[int]:
+    """The axes a built ``BatchNormalization`` reduces over (all but its feature axis)."""
+    return list(layer._reduction_axes)
+
+
+def all_layers(model: Any) -> list[Any]:
+    """Every layer inside ``model``, nested models' included (Keras' own traversal)."""
+    return list(model._flatten_layers(include_self=False, recursive=True))
+
+
+def build_metrics(model: Any, element_spec: Any) -> None:
+    """Build the compiled loss and metrics from a batch's structure (TensorSpecs), as
+    ``fit`` and ``evaluate`` do before their first batch, for a rank that has none."""
+    model._symbolic_build(data_batch=element_spec)

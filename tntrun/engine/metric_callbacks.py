@@ -1,6 +1,6 @@
-"""The callbacks that measure a rank's training and hand the numbers on: metrics averaged
-over the ranks, exact validation, throughput, the step and epoch metrics for the driver, and
-the dtypes the model trains in."""
+"""The callbacks that measure a rank's training and hand the numbers on: metrics exact over
+the ranks (their state summed), exact validation, throughput, the step and epoch metrics for
+the driver, and the dtypes the model trains in."""
 
 from __future__ import annotations
 
@@ -15,29 +15,45 @@ import numpy as np
 import tensorflow as tf
 
 from tntrun.contract.run_files import ENV_DRIVER_START
-from tntrun.engine.collectives import weighted_mean
+from tntrun.engine.collectives import means_of, weighted_vector
+from tntrun.engine.keras_internals import build_metrics
 from tntrun.engine.lr_schedule import learning_rate_of
+from tntrun.engine.metric_state import sum_metric_state
 from tntrun.engine.precision import observed_precision
 from tntrun.engine.step_agreement import StepAgreement
 
 
 class AverageTrainMetrics(keras.callbacks.Callback):
-    """Replace each rank's epoch training metrics by their sample-weighted mean over ranks."""
+    """Replace each rank's epoch training metrics by those of the ranks' summed metric state
+    (:mod:`~tntrun.engine.metric_state`: exact for every additive metric, not only means);
+    the other logs (throughput, the LR) by their sample-weighted mean over ranks, summed in
+    the same allreduce."""
 
     def __init__(self, local_samples_per_epoch: int) -> None:
         super().__init__()
         self.weight = local_samples_per_epoch
+        self._metric_names: set[str] | None = None  # the same all training long
 
     def on_epoch_end(self, epoch, logs=None):
-        if logs:
-            logs.update(weighted_mean(dict(logs), self.weight, name=f"train_metrics.{epoch}"))
+        if not logs:
+            return
+        if self._metric_names is None:
+            self._metric_names = set(self.model.get_metrics_result())
+        others = {k: v for k, v in logs.items() if k not in self._metric_names}
+        extra = weighted_vector(others, self.weight)
+        results, sums = sum_metric_state(self.model, f"train_metrics.{epoch}", extra)
+        for name in self._metric_names:
+            logs.pop(name, None)
+        logs.update(results)
+        logs.update(means_of(list(others), sums))
 
 
 class ShardedValidation(keras.callbacks.Callback):
     """Evaluate the validation set split across ranks and add exact global ``val_*`` logs.
 
-    Each rank evaluates its shard; means are re-weighted by shard sizes, so the
-    result equals a single-process evaluation of the whole set.
+    Each rank evaluates its shard, then the ranks' metric states are summed
+    (:mod:`~tntrun.engine.metric_state`), so every metric equals a single-process evaluation
+    of the whole set; a rank without samples contributes a zero state.
     """
 
     def __init__(self, dataset: tf.data.Dataset, local_samples: int, every_epochs: int = 1):
@@ -47,13 +63,13 @@ class ShardedValidation(keras.callbacks.Callback):
         self.every_epochs = max(1, every_epochs)
 
     def evaluate(self, tag: str) -> dict[str, float]:
-        local: dict[str, float] = {}
         if self.local_samples:
-            local = self.model.evaluate(self.dataset, verbose=0, return_dict=True)
-        else:  # no sample on this rank: contribute weight 0 with the same keys
-            local = dict.fromkeys(self.model.get_metrics_result(), 0.0)
-        averaged = weighted_mean(local, self.local_samples, name=f"val_metrics.{tag}")
-        return {f"val_{k}": v for k, v in averaged.items()}
+            self.model.evaluate(self.dataset, verbose=0)  # leaves the shard's state
+        else:  # no sample on this rank: the same metrics, built, with zero state
+            build_metrics(self.model, self.dataset.element_spec)
+            self.model.reset_metrics()
+        summed, _ = sum_metric_state(self.model, name=f"val_metrics.{tag}")
+        return {f"val_{k}": v for k, v in summed.items()}
 
     def on_epoch_end(self, epoch, logs=None):
         last = epoch + 1 == self.params.get("epochs")
@@ -190,7 +206,7 @@ class PrecisionRecord(keras.callbacks.Callback):
 
 
 class EpochMetricsLogger(keras.callbacks.Callback):
-    """Master rank: hand each epoch's (already averaged) logs to ``log_metrics``."""
+    """Master rank: hand each epoch's logs (already reduced over the ranks) to ``log_metrics``."""
 
     def __init__(self, log_metrics: Callable[[dict[str, float], int], None]) -> None:
         super().__init__()

@@ -22,6 +22,7 @@ from tntrun.engine.optimizers import build_optimizer
 from tntrun.engine.output_kind import outputs_probabilities, quiet_keras_logits_warning
 from tntrun.engine.output_metrics import per_output
 from tntrun.engine.step_agreement import StepAgreement
+from tntrun.engine.sync_batch_norm import synchronise_batch_norm
 from tntrun.planning.plan import Plan
 
 COMPRESSION = {
@@ -46,6 +47,8 @@ def build_model_and_optimizer(plan: Plan, info: DatasetInfo) -> RankModel:
         settings, info.task, built, outputs_probabilities(built, info.input_shape)
     )
     model = keras3_with_float32_outputs(built, settings.model, info)
+    if settings.train.sync_batch_norm:
+        synchronise_with_note(model)
     announce(spec, settings.model["_target_"], model, info)
     chosen = spec.optimizer or build_optimizer(settings.optimizer, PlannedSchedule(plan.schedule))
     optimizer = dp.data_parallel(
@@ -78,6 +81,18 @@ def announce(spec: CompileArgs, target: str, model: Any, info: DatasetInfo) -> N
     if hvd.rank() == 0:
         for line in filter(None, lines):
             print(line, flush=True)
+
+
+def synchronise_with_note(model: Any) -> None:
+    """``train.sync_batch_norm``: the model's BatchNormalization layers synchronised, and
+    rank 0 says how many (none found is said too)."""
+    layers = synchronise_batch_norm(model)
+    if hvd.rank() == 0:
+        print(
+            f"tntrun: sync_batch_norm: {layers} BatchNormalization layer(s) compute their "
+            "batch statistics over all ranks",
+            flush=True,
+        )
 
 
 class UserModelError(ValueError):

@@ -23,6 +23,7 @@ from tntrun.engine.final_model import predict_scaling, save_clean_model, save_fi
 from tntrun.engine.fitting import fit_with_rollbacks
 from tntrun.engine.loss_check import LossSetupError, check_loss_setup
 from tntrun.engine.mfu import model_flop_utilisation
+from tntrun.engine.model_average import average_non_trainable
 from tntrun.engine.model_set import RankModel, UserModelError, build_model_and_optimizer
 from tntrun.engine.pipelines import RankData, build_data, stream_from
 from tntrun.engine.preemption import Preempted, checkpoint_and_record
@@ -35,7 +36,7 @@ __all__ = ["USER_ERRORS", "train"]
 
 
 def train(plan: Plan, run_dir: Path, requests: StopRequests | None = None) -> dict[str, float]:
-    """Train as one rank of ``plan``; return the final averaged metrics (same on all ranks).
+    """Train as one rank of ``plan``; return the final metrics (over all ranks, the same on each).
 
     Raises :class:`Preempted` on every rank, after the checkpoint of the step they agreed
     on, once any rank was asked to stop (``requests``).
@@ -67,6 +68,7 @@ def fit(plan: Plan, run_dir: Path, data: RankData, net: RankModel, hooks: RankCa
     try:
         return fit_with_rollbacks(plan, run_dir, net, hooks, data.train, stream)
     except Preempted as stop:
+        average_non_trainable(net.model, name="non_trainable.preempted")  # one model saved
         meta = replace(checkpoint_meta(plan)(stop.epoch, stop.step), batch=stop.batch)
         checkpoint_and_record(net.model, stop, meta, run_dir, plan.settings.checkpoint.keep)
         raise

@@ -7,13 +7,21 @@ import keras
 import numpy as np
 
 from tntrun.engine.collectives import checksums_across_ranks
+from tntrun.engine.model_average import synced_weights
+
+NON_TRAINABLE_HINT = (
+    "; or the non-trainable weights (BatchNorm's moving statistics) were not averaged at the "
+    "epoch's end: AverageNonTrainable (tntrun.engine.model_average) comes before this guard"
+)
 
 
 class WeightSyncGuard(keras.callbacks.Callback):
     """Stop with a clear error when ranks' weights diverge (gradients not averaged).
 
     Horovod under the wrong Keras silently skips the allreduce; comparing a
-    weight checksum after the first step and every ``every_epochs`` catches it.
+    weight checksum after the first step and every ``every_epochs`` catches it. At an
+    epoch's end and the end of training it covers the non-trainable float weights too
+    (BatchNorm's moving statistics): place it after :class:`AverageNonTrainable`.
     """
 
     def __init__(self, every_epochs: int = 1) -> None:
@@ -23,10 +31,10 @@ class WeightSyncGuard(keras.callbacks.Callback):
 
     final_spread: float = float("nan")
 
-    def _check(self, when: str) -> None:
-        # Trainable weights only: BatchNorm's moving statistics follow each rank's own
-        # batches (as in any Horovod job without SyncBatchNorm) and may differ.
-        sums = checksums_across_ranks(self.model.trainable_variables, name=f"weight_sync.{when}")
+    def _check(self, when: str, trainable_only: bool = False) -> None:
+        model = self.model
+        variables = model.trainable_weights if trainable_only else synced_weights(model)
+        sums = checksums_across_ranks(variables, name=f"weight_sync.{when}")
         spread = self.final_spread = float(sums.max() - sums.min())
         if not np.isfinite(sums).all():
             bad = [rank for rank, value in enumerate(sums.tolist()) if not np.isfinite(value)]
@@ -39,12 +47,15 @@ class WeightSyncGuard(keras.callbacks.Callback):
                 f"ranks' weights diverged {when} (checksums by rank: {sums.tolist()}): gradients "
                 "are not being averaged: every update must go through the data-parallel "
                 "optimizer (see tntrun.engine.data_parallel)"
+                + ("" if trainable_only else NON_TRAINABLE_HINT)
             )
 
     def on_train_batch_end(self, batch, logs=None):
         if not self._checked_first_step:
             self._checked_first_step = True
-            self._check("after the first step")
+            # Trainable weights only: the non-trainable ones (BatchNorm's moving statistics)
+            # follow each rank's batches until they are averaged at the epoch's end.
+            self._check("after the first step", trainable_only=True)
 
     def on_epoch_end(self, epoch, logs=None):
         if self.every_epochs > 0 and (epoch + 1) % self.every_epochs == 0:
