@@ -7,11 +7,9 @@ weights on the ranks need averaged gradients.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from tests.helpers.commands import run_on_two_ranks
+from tests.helpers.commands import rank_summaries
 from tests.helpers.paths import RANK_SCRIPTS
 
 pytestmark = pytest.mark.slow
@@ -21,16 +19,7 @@ SCRIPT = RANK_SCRIPTS / "keras3_data_parallel.py"
 @pytest.fixture(scope="module")
 def ranks() -> list[dict]:
     """Each rank's summary, indexed by rank."""
-    result = run_on_two_ranks(SCRIPT, timeout=600)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    summaries = [
-        json.loads(line.split("RESULT ", 1)[1])
-        for line in result.stdout.splitlines()
-        if "RESULT {" in line
-    ]
-    assert sorted(s["rank"] for s in summaries) == [0, 1], result.stdout[-3000:]
-    assert all(s["keras"].startswith("3.") and s["size"] == 2 for s in summaries)
-    return sorted(summaries, key=lambda s: s["rank"])
+    return rank_summaries(SCRIPT)
 
 
 def test_every_kind_of_model_ends_with_the_same_weights_on_both_ranks(ranks):

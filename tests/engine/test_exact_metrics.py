@@ -7,13 +7,12 @@ of every check, asserted here.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.helpers.commands import run_on_two_ranks, tntrun_cli
+from tests.helpers.commands import rank_summaries, tntrun_cli
 from tests.helpers.components import require_module
 from tests.helpers.paths import RANK_SCRIPTS
 from tests.helpers.runs import run_dir_of
@@ -29,16 +28,7 @@ STATE_METRICS = ("loss", "auc", "precision", "recall", "f1")
 @pytest.fixture(scope="module")
 def ranks() -> list[dict]:
     """Each rank's summary, indexed by rank."""
-    result = run_on_two_ranks(SCRIPT, timeout=600)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    summaries = [
-        json.loads(line.split("RESULT ", 1)[1])
-        for line in result.stdout.splitlines()
-        if "RESULT {" in line
-    ]
-    assert sorted(s["rank"] for s in summaries) == [0, 1], result.stdout[-3000:]
-    assert all(s["keras"].startswith("3.") and s["size"] == 2 for s in summaries)
-    return sorted(summaries, key=lambda s: s["rank"])
+    return rank_summaries(SCRIPT)
 
 
 def test_validation_metrics_equal_one_process_evaluating_the_whole_set(ranks):

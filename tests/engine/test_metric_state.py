@@ -124,4 +124,5 @@ def test_sync_batch_norm_replaces_the_statistics_of_every_batch_norm_nested_too(
     assert synchronise_batch_norm(model) == 2 == len(layers)
     assert all("_moments" in vars(layer) for layer in layers)  # the instance's own
     x = np.ones((2, 4), "float32")
-    np.testing.assert_allclose(model(x, training=False), model.predict(x, verbose=0))
+    # Eager call and compiled predict may round one ulp apart.
+    np.testing.assert_allclose(model(x, training=False), model.predict(x, verbose=0), rtol=1e-6)

@@ -11,11 +11,9 @@ comparison can fail. ``test_peer_suite_cli.py`` does the same for one real ``tnt
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from tests.helpers.commands import run_on_two_ranks
+from tests.helpers.commands import rank_summaries
 from tests.helpers.paths import RANK_SCRIPTS
 from tests.helpers.peer import TOLERANCE
 from tntrun.config.schema import OPTIMIZER_SCHEMAS
@@ -28,15 +26,7 @@ KINDS = {"fc", "lenet5", "sequential", "subclassed"}
 @pytest.fixture(scope="module")
 def cases() -> dict[str, dict]:
     """Every case's comparison, from the rank that computed its serial reference."""
-    result = run_on_two_ranks(SCRIPT, timeout=600)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    summaries = [
-        json.loads(line.split("RESULT ", 1)[1])
-        for line in result.stdout.splitlines()
-        if "RESULT {" in line
-    ]
-    assert sorted(s["rank"] for s in summaries) == [0, 1], result.stdout[-3000:]
-    assert all(s["keras"].startswith("3.") and s["size"] == 2 for s in summaries)
+    summaries = rank_summaries(SCRIPT)
     merged: dict[str, dict] = {}
     for summary in summaries:
         merged.update(summary["cases"])

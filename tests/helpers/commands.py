@@ -116,3 +116,18 @@ def run_on_two_ranks(script: Path, timeout: float = 300) -> subprocess.Completed
         text=True,
         timeout=timeout,
     )
+
+
+def rank_summaries(script: Path, timeout: float = 600) -> list[dict]:
+    """Each rank's ``RESULT {json}`` line of a 2-rank launch of ``script``, by rank; fails
+    the calling test when the launch fails or a rank printed none."""
+    result = run_on_two_ranks(script, timeout=timeout)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    summaries = [
+        json.loads(line.split("RESULT ", 1)[1])
+        for line in result.stdout.splitlines()
+        if "RESULT {" in line
+    ]
+    assert sorted(s["rank"] for s in summaries) == [0, 1], result.stdout[-3000:]
+    assert all(s["keras"].startswith("3.") and s["size"] == 2 for s in summaries)
+    return sorted(summaries, key=lambda s: s["rank"])

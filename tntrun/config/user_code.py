@@ -53,37 +53,37 @@ def _from_args(args: ast.arguments, skip_self: bool) -> Parameters:
     return Parameters(frozenset(names), frozenset(required), args.kwarg is not None)
 
 
-def _from_source(path: Path, attr: str) -> Parameters | None:
-    """Parameters of top-level ``def attr`` or ``class attr`` (its ``__init__``), from source."""
+def _top_level(path: Path, attr: str) -> ast.FunctionDef | ast.ClassDef | None:
+    """The top-level ``def attr`` or ``class attr`` of the source at ``path``, if any."""
     try:
         tree = ast.parse(path.read_text())
     except (OSError, SyntaxError, UnicodeDecodeError):
         return None
     for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name == attr:
-            return _from_args(node.args, skip_self=False)
-        if isinstance(node, ast.ClassDef) and node.name == attr:
-            if node.bases or node.decorator_list:
-                return None  # inherited or generated __init__: ask the class itself
-            for item in node.body:
-                if isinstance(item, ast.FunctionDef) and item.name == "__init__":
-                    return _from_args(item.args, skip_self=True)
-            return Parameters(frozenset(), frozenset(), False)
+        if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name == attr:
+            return node
     return None
+
+
+def _from_source(path: Path, attr: str) -> Parameters | None:
+    """Parameters of top-level ``def attr`` or ``class attr`` (its ``__init__``), from source."""
+    node = _top_level(path, attr)
+    if isinstance(node, ast.FunctionDef):
+        return _from_args(node.args, skip_self=False)
+    if node is None or node.bases or node.decorator_list:
+        return None  # not there, or an inherited or generated __init__: ask the class itself
+    for item in node.body:
+        if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+            return _from_args(item.args, skip_self=True)
+    return Parameters(frozenset(), frozenset(), False)
 
 
 def _defined_in_source(path: Path, attr: str) -> str | None:
     """ "function" or "class" for a top-level ``def attr`` / ``class attr`` in the source."""
-    try:
-        tree = ast.parse(path.read_text())
-    except (OSError, SyntaxError, UnicodeDecodeError):
+    node = _top_level(path, attr)
+    if node is None:
         return None
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name == attr:
-            return "function"
-        if isinstance(node, ast.ClassDef) and node.name == attr:
-            return "class"
-    return None
+    return "function" if isinstance(node, ast.FunctionDef) else "class"
 
 
 def is_function_target(target: str) -> bool:
