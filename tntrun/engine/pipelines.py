@@ -56,6 +56,10 @@ def input_pipelines(
     """(train stream from ``first_epoch`` (default: the plan's), this rank's validation
     batches, its validation sample count)."""
     settings = plan.settings
+    # tf.data's shuffle order depends on the global seed as well as the op's: reset it, so a
+    # stream rebuilt later (a rollback, the scaling probe) after a builder that reseeded
+    # (keras.utils.set_random_seed) sees the epochs' order of an uninterrupted run.
+    tf.random.set_seed(settings.seed)
     if not distributes_automatically(settings.dataset):
         # Manual mode: the dataset shards and micro-batches itself for this rank.
         train, val = dataset.load_for_rank(
