@@ -123,6 +123,7 @@ def test_sync_batch_norm_replaces_the_statistics_of_every_batch_norm_nested_too(
     layers = [layer for layer in model._flatten_layers() if "batch_norm" in layer.name]
     assert synchronise_batch_norm(model) == 2 == len(layers)
     assert all("_moments" in vars(layer) for layer in layers)  # the instance's own
+    # Inference (no allreduce: the moving statistics) runs eagerly and traced alike; the
+    # two may round differently in the last bit.
     x = np.ones((2, 4), "float32")
-    # Eager call and compiled predict may round one ulp apart.
-    np.testing.assert_allclose(model(x, training=False), model.predict(x, verbose=0), rtol=1e-6)
+    np.testing.assert_allclose(model(x, training=False), model.predict(x, verbose=0), atol=1e-6)
