@@ -43,13 +43,13 @@ def build_model_and_optimizer(plan: Plan, info: DatasetInfo) -> RankModel:
     precision.set_precision(plan.precision)  # before the model is built
     settings = plan.settings
     built = build_model(settings.model, info)
-    spec = compile_arguments(
-        settings, info.task, built, outputs_probabilities(built, info.input_shape)
-    )
+    # Read on the builder's model: the float32 cast a mixed policy adds ends in a linear layer.
+    probabilities = outputs_probabilities(built, info.input_shape)
+    spec = compile_arguments(settings, info.task, built, probabilities)
     model = keras3_with_float32_outputs(built, settings.model, info)
     if settings.train.sync_batch_norm:
         synchronise_with_note(model)
-    announce(spec, settings.model["_target_"], model, info)
+    announce(spec, settings.model["_target_"], probabilities)
     chosen = spec.optimizer or build_optimizer(settings.optimizer, PlannedSchedule(plan.schedule))
     optimizer = dp.data_parallel(
         precision.with_loss_scaling(chosen, plan.precision),
@@ -65,13 +65,11 @@ def build_model_and_optimizer(plan: Plan, info: DatasetInfo) -> RankModel:
     return RankModel(model, optimizer, agreement)
 
 
-def announce(spec: CompileArgs, target: str, model: Any, info: DatasetInfo) -> None:
+def announce(spec: CompileArgs, target: str, probabilities: bool) -> None:
     """Rank 0 says in one line what the user's compiled model supplied, and that a
     ``from_logits=True`` loss meets probabilities; no rank repeats Keras' warning."""
     lines = [spec.note(f"model._target_={target}")]
-    if states_from_logits(spec.arguments.get("loss")) and outputs_probabilities(
-        model, info.input_shape
-    ):
+    if probabilities and states_from_logits(spec.arguments.get("loss")):
         quiet_keras_logits_warning()
         lines.append(
             "tntrun: note: the loss says from_logits=True but the model's outputs are "
