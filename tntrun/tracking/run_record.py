@@ -59,8 +59,10 @@ def record_outputs(
     status: RunStatus,
     prefix: str | None,
     stalled: str | None = None,
+    disk: str | None = None,
 ) -> None:
-    """Attach the run's outputs and, for a failed run, why it failed (traceback or stall)."""
+    """Attach the run's outputs and, for a failed run, why it failed (traceback, stall or
+    a full disk)."""
 
     def path(name: str) -> str | None:
         return f"{prefix}/{name}" if prefix else name
@@ -91,6 +93,8 @@ def record_outputs(
     loss_setup = run_dir / run_files.LOSS_SETUP
     if stalled:
         tracker.set_tag("failure.stalled", stalled)
+    elif disk:  # nothing more is written there: the ranks' logs are as far as they got
+        tracker.set_tag("failure.disk", disk[:5000])
     elif status == RunStatus.FAILED and loss_setup.is_file():
         tracker.set_tag("failure.loss_setup", loss_setup.read_text().strip()[:5000])
     elif status == RunStatus.FAILED:
