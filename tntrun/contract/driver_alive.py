@@ -91,7 +91,8 @@ def write_beat(path: Path, identity: str, count: int | str) -> None:
         partial.write_text(beat)
         partial.replace(path)
     except OSError:
-        partial.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
         with path.open("r+") as old:
             old.write(beat)
             old.truncate()

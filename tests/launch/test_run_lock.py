@@ -1,0 +1,90 @@
+"""One run directory, one run: the driver's flock on ``run.lock`` (contract.run_lock).
+
+flock belongs to an open file description, so two locks opened in one process exclude each
+other as two drivers' do; one test holds it from another process and kills it, as a
+driver dies."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+
+from tntrun import api
+from tntrun.contract.run_lock import Holder, RunDirBusy, RunDirLock, live_holder
+from tntrun.errors import PlanError
+
+
+def test_a_second_lock_on_a_held_directory_is_refused_in_one_line_naming_the_holder(tmp_path):
+    with RunDirLock(tmp_path) as first:
+        assert first.stale is None
+        with pytest.raises(RunDirBusy) as refused:
+            RunDirLock(tmp_path).acquire()
+        line = str(refused.value)
+        assert "\n" not in line
+        who = f"pid {os.getpid()}@{socket.gethostname()}, since "
+        assert f"{tmp_path} is in use by a running tntrun ({who}" in line
+        assert "give this run another hydra.run.dir" in line
+        assert live_holder(tmp_path) == Holder.parse((tmp_path / "run.lock").read_text())
+    assert live_holder(tmp_path) is None
+    assert (tmp_path / "run.lock").read_text() == ""  # a clean end names no holder
+    with RunDirLock(tmp_path) as again:
+        assert again.stale is None, "a lock released cleanly is no stale lock"
+
+
+def test_a_lock_file_left_by_a_dead_driver_is_taken_over_with_its_holder_noted(tmp_path):
+    (tmp_path / "run.lock").write_text("4242 gone-host 1764300000.5\n")  # nobody flocks it
+    assert live_holder(tmp_path) is None, "a stale file blocks neither resume nor sync"
+    with RunDirLock(tmp_path) as lock:
+        assert lock.stale == Holder(4242, "gone-host", 1764300000.5)
+        assert (tmp_path / "run.lock").read_text().split()[:2] == [
+            str(os.getpid()),
+            socket.gethostname(),
+        ]
+
+
+def test_a_run_into_a_held_directory_is_refused_before_writing_anything(in_tmp):
+    exp = api.compose([f"output_root={in_tmp / 'outputs'}", "train.epochs=1"])
+    run_dir = in_tmp / "the-run"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text("seed: 42\n")  # the running run's
+    with RunDirLock(run_dir), pytest.raises(PlanError) as refused:
+        api.run(replace(exp, run_dir=run_dir))
+    (line,) = refused.value.problems
+    assert line.startswith(f"run directory {run_dir} is in use by a running tntrun (pid ")
+    assert (run_dir / "config.yaml").read_text() == "seed: 42\n"
+    assert sorted(p.name for p in run_dir.iterdir()) == ["config.yaml", "run.lock"]
+    assert not (in_tmp / "outputs" / "mlflow.db").exists(), "no run may be tracked"
+
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from tntrun.contract.run_lock import RunDirLock
+lock = RunDirLock(Path(sys.argv[1])).acquire()
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.slow
+def test_a_lock_held_by_another_process_refuses_until_that_process_dies(tmp_path):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(RunDirBusy, match=f"pid {holder.pid}@"):
+            RunDirLock(tmp_path).acquire()
+        assert live_holder(tmp_path).pid == holder.pid
+    finally:
+        holder.send_signal(signal.SIGKILL)  # as a driver dies: no release, the kernel's flock goes
+        holder.wait()
+    assert live_holder(tmp_path) is None
+    with RunDirLock(tmp_path) as lock:
+        assert lock.stale is not None and lock.stale.pid == holder.pid
