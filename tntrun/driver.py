@@ -20,7 +20,7 @@ from tntrun.contract.checkpoints import adopt
 from tntrun.contract.driver_alive import driver_tags
 from tntrun.contract.exit_codes import EXIT_INTERRUPTED, EXIT_TRACKING_PENDING
 from tntrun.contract.node_metrics import carry_over
-from tntrun.contract.run_lock import RunDirBusy, RunDirLock
+from tntrun.contract.run_lock import RunDirBusy, RunDirLock, taken_early
 from tntrun.contract.run_status import RunStatus
 from tntrun.environments import ClusterEnvironment
 from tntrun.errors import PlanError
@@ -63,13 +63,16 @@ def run(exp: Experiment) -> RunResult:
     """Plan, track and launch one run (or continue one); never leaves it RUNNING. The run
     directory is locked (one run a directory) from before anything is written into it."""
     run_dir = exp.run_dir or Path(exp.config.output_root).resolve() / "runs" / "api"
+    early = taken_early(run_dir)  # the CLI's, taken before Hydra wrote into the directory
     facts = gather_facts()
     try:
         planned = plan_run(exp, facts, run_dir)
     except PlanError as err:  # e.g. a layout change not allowed: before any rank or record
+        if early is not None:
+            early.release()
         return config_error(err.problems, run_dir)
     try:
-        lock = RunDirLock(run_dir).acquire()
+        lock = early or RunDirLock(run_dir).acquire()
     except RunDirBusy as busy:  # nothing of the running one touched
         return config_error([str(busy)], run_dir)
     with lock:

@@ -88,3 +88,21 @@ def test_a_lock_held_by_another_process_refuses_until_that_process_dies(tmp_path
     assert live_holder(tmp_path) is None
     with RunDirLock(tmp_path) as lock:
         assert lock.stale is not None and lock.stale.pid == holder.pid
+
+
+def test_the_command_line_locks_its_run_directory_before_hydra_writes_into_it(tmp_path):
+    from omegaconf import OmegaConf
+
+    from tntrun.cli import LockRunDir
+    from tntrun.contract.run_lock import taken_early
+
+    config = OmegaConf.create({"hydra": {"run": {"dir": str(tmp_path / "run")}}})
+    with RunDirLock(tmp_path / "run"), pytest.raises(SystemExit) as refused:
+        LockRunDir().on_run_start(config)
+    assert refused.value.code == 2
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["run.lock"]
+    LockRunDir().on_run_start(config)  # free now: held for the driver that runs next
+    early = taken_early(tmp_path / "run")
+    assert early is not None and live_holder(tmp_path / "run").pid == os.getpid()
+    early.release()
+    assert taken_early(tmp_path / "run") is None

@@ -97,6 +97,22 @@ class RunDirLock:
         self.release()
 
 
+# Locks taken before the driver runs (the CLI takes its run's before Hydra writes .hydra/
+# there), by resolved run directory: the driver claims its own from here.
+_TAKEN_EARLY: dict[Path, RunDirLock] = {}
+
+
+def take_early(run_dir: Path) -> None:
+    """Lock ``run_dir`` now, for the driver that runs there next in this process (raises
+    :class:`RunDirBusy`)."""
+    _TAKEN_EARLY[run_dir.resolve()] = RunDirLock(run_dir.resolve()).acquire()
+
+
+def taken_early(run_dir: Path) -> RunDirLock | None:
+    """The lock of ``run_dir`` taken early in this process, now the caller's to release."""
+    return _TAKEN_EARLY.pop(run_dir.resolve(), None)
+
+
 def live_holder(run_dir: Path) -> Holder | None:
     """The live process holding ``run_dir``'s lock, if any (a stale or absent lock: None).
 
