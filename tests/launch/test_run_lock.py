@@ -106,3 +106,13 @@ def test_the_command_line_locks_its_run_directory_before_hydra_writes_into_it(tm
     assert early is not None and live_holder(tmp_path / "run").pid == os.getpid()
     early.release()
     assert taken_early(tmp_path / "run") is None
+
+
+def test_a_requeued_job_resumes_the_run_in_the_directory_its_own_command_line_locked(tmp_path):
+    from tntrun.contract.run_lock import take_early, taken_early
+
+    take_early(tmp_path)  # a requeued job's hydra.run.dir is its previous run's
+    try:
+        assert live_holder(tmp_path) is None, "its own lock is not another run's"
+    finally:
+        taken_early(tmp_path).release()

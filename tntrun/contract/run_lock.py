@@ -114,7 +114,8 @@ def taken_early(run_dir: Path) -> RunDirLock | None:
 
 
 def live_holder(run_dir: Path) -> Holder | None:
-    """The live process holding ``run_dir``'s lock, if any (a stale or absent lock: None).
+    """The live process holding ``run_dir``'s lock, if any (a stale or absent lock, or the
+    lock this process took early for the run it starts there: None).
 
     Probes with a shared lock, so two probes never refuse each other; a held exclusive lock
     refuses it."""
@@ -127,6 +128,8 @@ def live_holder(run_dir: Path) -> Holder | None:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
         holder = Holder.parse(os.pread(fd, 4096, 0).decode(errors="replace"))
+        if run_dir.resolve() in _TAKEN_EARLY:  # this process's, for the run it starts there
+            return None  # (a requeued job continuing its run in the same directory)
         return holder or Holder(0, "unknown", 0.0)
     finally:
         os.close(fd)
