@@ -41,3 +41,26 @@ def test_the_heartbeat_is_rewritten_in_place_when_no_new_file_can_be_written(tmp
     assert path.read_text() == "host 1 12\n"
     write_beat(path, "host 1", 3)
     assert path.read_text() == "host 1 3\n"
+
+
+class FullDisk:
+    def write(self, text: str) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def flush(self) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_the_run_log_stops_quietly_on_a_full_disk(tmp_path, capsys):
+    import logging
+
+    from tntrun.console import RunLogFile
+
+    handler = RunLogFile(str(tmp_path / "cli.log"))
+    handler.stream.close()
+    handler.stream = FullDisk()
+    record = logging.LogRecord("tntrun.driver", logging.INFO, __file__, 1, "a line", (), None)
+    handler.handle(record)
+    handler.handle(record)
+    assert capsys.readouterr().err == "", "no 'Logging error' traceback per line"
+    assert handler.level > logging.CRITICAL
