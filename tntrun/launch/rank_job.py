@@ -153,7 +153,8 @@ class RankJob:
             code = process.wait()
             log.debug("tntrun: the launcher ended with exit code %d", code)
             stalled = self._stalled[0] if self._stalled else None
-            disk = self._rank_disk or self._logs_disk
+            # The logs' own disk error fails a run only with the ranks' (they write there too).
+            disk = self._rank_disk or (self._logs_disk if code else None)
             return LaunchResult(code, interrupted=False, stalled=stalled, disk=disk)
         except KeyboardInterrupt:
             _stop(process)
