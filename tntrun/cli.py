@@ -64,7 +64,10 @@ class LockRunDir(Callback):
     (the driver holds the lock from here on; a sweep's jobs each lock their own)."""
 
     def on_run_start(self, config: DictConfig, **kwargs: object) -> None:
-        run_dir = Path(str(OmegaConf.select(config, "hydra.run.dir"))).absolute()
+        try:
+            run_dir = Path(str(OmegaConf.select(config, "hydra.run.dir"))).absolute()
+        except Exception:  # a dir that only resolves inside the job: the driver locks it
+            return
         try:
             take_early(run_dir)
         except RunDirBusy as busy:
