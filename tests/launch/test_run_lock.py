@@ -116,3 +116,18 @@ def test_a_requeued_job_resumes_the_run_in_the_directory_its_own_command_line_lo
         assert live_holder(tmp_path) is None, "its own lock is not another run's"
     finally:
         taken_early(tmp_path).release()
+
+
+def test_the_driver_takes_a_dead_drivers_lock_over_with_one_line(in_tmp, caplog):
+    exp = api.compose([f"output_root={in_tmp / 'outputs'}", "dry_run=true"])
+    run_dir = in_tmp / "the-run"
+    run_dir.mkdir()
+    (run_dir / "run.lock").write_text("4242 gone-host 1764300000.5\n")
+    result = api.run(replace(exp, run_dir=run_dir))
+    assert result.exit_code == 0
+    (note,) = [r.getMessage() for r in caplog.records if "took over" in r.getMessage()]
+    assert note == (
+        f"tntrun: note: took over {run_dir / 'run.lock'} from a tntrun that ended without "
+        f"releasing it ({Holder(4242, 'gone-host', 1764300000.5)})"
+    )
+    assert (run_dir / "run.lock").read_text() == ""
