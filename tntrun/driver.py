@@ -17,6 +17,7 @@ from tntrun.config.settings import Settings
 from tntrun.config.zoo import SizedDataset
 from tntrun.contract import run_files
 from tntrun.contract.checkpoints import adopt
+from tntrun.contract.disk import disk_error_of
 from tntrun.contract.driver_alive import driver_tags
 from tntrun.contract.exit_codes import EXIT_INTERRUPTED, EXIT_TRACKING_PENDING
 from tntrun.contract.node_metrics import carry_over
@@ -75,6 +76,8 @@ def run(exp: Experiment) -> RunResult:
         lock = early or RunDirLock(run_dir).acquire()
     except RunDirBusy as busy:  # nothing of the running one touched
         return config_error([str(busy)], run_dir)
+    except OSError as err:  # a full or read-only disk where the run is to be written
+        return config_error([f"run directory {run_dir}: {disk_error_of(err, run_dir) or err}"])
     with lock:
         if lock.stale is not None:
             log.warning(
@@ -132,11 +135,13 @@ def start(exp: Experiment, facts: Facts, planned: Planned, run_dir: Path) -> Run
     problems = problems or tracker.problems()
     if problems:
         return config_error(problems, run_dir)
-    if resumed:  # the run's newest directory holds its newest checkpoint (resume=auto)
-        adopt(Path(resumed.point.checkpoint), run_dir)
-        carry_over(resumed.run_dir, run_dir)  # each host's system metrics go on from there
-    (run_dir / run_files.CONFIG).write_text(typed.recorded_yaml)
-    plan.save(run_dir / run_files.PLAN)
+    try:
+        write_inputs(planned, run_dir)
+    except OSError as err:  # a full disk: refused before launch, in one line
+        disk = disk_error_of(err, run_dir)
+        if disk is None:
+            raise
+        return config_error([f"run directory {run_dir}: {disk}"], run_dir)
     log.info(
         f"tntrun: {plan.world_size} ranks on {', '.join(f'{h}:{s}' for h, s in plan.hosts)}; "
         f"global batch {plan.global_batch_size} = {plan.world_size} x {plan.micro_batch_size}; "
@@ -148,6 +153,16 @@ def start(exp: Experiment, facts: Facts, planned: Planned, run_dir: Path) -> Run
         tracker, plan, typed.recorded, run_dir, origin, resumed, planned.inputs.info
     )
     return launch(recorder, planned.inputs, plan, facts.cluster)
+
+
+def write_inputs(planned: Planned, run_dir: Path) -> None:
+    """The ranks' inputs (config.yaml, plan.json) and a resumed run's checkpoint."""
+    resumed = planned.resumed
+    if resumed:  # the run's newest directory holds its newest checkpoint (resume=auto)
+        adopt(Path(resumed.point.checkpoint), run_dir)
+        carry_over(resumed.run_dir, run_dir)  # each host's system metrics go on from there
+    (run_dir / run_files.CONFIG).write_text(planned.typed.recorded_yaml)
+    planned.plan.save(run_dir / run_files.PLAN)
 
 
 def resume_reference(
