@@ -25,7 +25,7 @@ from tntrun.contract.checkpoint_integrity import damage
 pytestmark = pytest.mark.slow
 
 SHORT = ("train.epochs=2", "tracking.system_metrics=false", "checkpoint.min_interval_s=0")
-HOLD_AT = 30  # epoch 2's 9th step: epoch 1's checkpoint is written, epoch 2's is not
+HOLD_AT = 30  # in epoch 2 (22 steps an epoch): epoch 1's checkpoint is written, epoch 2's not
 DISK_MIB = 16  # a tmpfs the run's files fit in (about 1 MiB), filled by the test
 
 
@@ -120,8 +120,8 @@ def test_a_second_run_is_refused_then_a_full_disk_fails_the_first_as_failure_dis
     assert (run_dir / "run.lock").read_text() == ""  # released
 
 
-PREEMPT = fault("preempt", rank=1, step=30)  # the ranks stop after step 32, epoch 2 batch 9
-NEWEST = "epoch-0001.batch-00009"
+PREEMPT = fault("preempt", rank=1, step=30)  # they stop after step 32: epoch 2, batch 10
+NEWEST = "epoch-0001.batch-00010"  # 22 steps an epoch
 
 
 def test_a_damaged_newest_checkpoint_after_a_preemption_falls_back_and_finishes(tmp_path):
@@ -145,7 +145,7 @@ def test_a_damaged_newest_checkpoint_after_a_preemption_falls_back_and_finishes(
     assert "Traceback" not in output
     run_id = (old_dir / "run_id").read_text()
     assert f"resume=auto: continuing run {run_id}" in resumed.stdout
-    assert "epoch-0001 at epoch 1, step 2" in (run_dir_of(resumed) / "ranks.log").read_text()
+    assert "epoch-0001 at epoch 1, step 22" in (run_dir_of(resumed) / "ranks.log").read_text()
     assert sorted(p.name for p in (old_dir / "checkpoints").iterdir()) == [
         "epoch-0001",
         f"{NEWEST}.damaged",
