@@ -149,3 +149,40 @@ def test_a_full_disk_while_publishing_leaves_the_previous_checkpoints_and_no_tmp
     assert "\n" not in line
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["epoch-0001"]
     assert damage(tmp_path / "checkpoints" / "epoch-0001") is None
+
+
+class Heard:
+    """What a supervisor tells the recorder of a restart (RankEvents' two restart calls)."""
+
+    def __init__(self) -> None:
+        self.restarts: list[str] = []
+
+    def restarting(self) -> int:
+        return len(self.restarts) + 1
+
+    def restarted(self, number: int, detail: str, plan) -> None:
+        self.restarts.append(detail)
+
+
+def test_a_restart_falls_back_past_a_damaged_newest_checkpoint(tmp_path, compose_cfg, caplog):
+    from tests.helpers.plans import plan_for
+    from tntrun.launch.rank_job import LaunchResult
+    from tntrun.launch.supervisor import Supervisor
+
+    plan = plan_for(compose_cfg, "train.max_restarts=1", run_dir=tmp_path)
+    write(tmp_path, 1)
+    flip_a_byte(write(tmp_path, 2) / "state.index")
+    points = []
+    supervisor = Supervisor(plan, tmp_path, lambda point, hosts: points.append(point) or plan)
+    heard = Heard()
+    assert supervisor.restart(LaunchResult(1, interrupted=False), heard)
+    assert [Path(p.checkpoint).name for p in points] == ["epoch-0001"]
+    assert heard.restarts == ["the ranks failed; from epoch-0001"]
+    (line,) = [r.getMessage() for r in caplog.records if "damaged" in r.getMessage()]
+    assert line.startswith(f"tntrun: checkpoint epoch-0002 of {tmp_path} is damaged (state.index")
+
+    flip_a_byte(tmp_path / "checkpoints" / "epoch-0001" / "state.index")
+    assert not supervisor.restart(LaunchResult(1, interrupted=False), heard)
+    assert "not restarting the ranks: the run wrote no intact checkpoint to restart from" in [
+        r.getMessage().removeprefix("tntrun: ") for r in caplog.records
+    ]
