@@ -105,7 +105,9 @@ def test_a_second_run_is_refused_then_a_full_disk_fails_the_first_as_failure_dis
     output = "".join(lines)
     assert code == 1, output[-3000:]
     assert "does not answer" not in output  # the store is on another disk
-    (ended,) = [x for x in output.splitlines() if x.startswith("tntrun: run FAILED")]
+    ended = [x for x in output.splitlines() if x.startswith("tntrun: run FAILED")]
+    assert len(ended) == 1, output[-4000:]
+    ended = ended[0]
     assert ended.startswith("tntrun: run FAILED: disk: rank 0: No space left on device writing ")
     assert f" free of {DISK_MIB}.0 MiB on {small_disk})" in ended
 

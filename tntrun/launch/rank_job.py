@@ -139,7 +139,8 @@ class RankJob:
         """Relay the job's output until it ends (or Ctrl-C stops it)."""
         process = self.process
         try:
-            with self.log_file.open("w", buffering=1) as combined:
+            combined = self.log_file.open("w", buffering=1)
+            try:
                 assert process.stdout is not None
                 for line in process.stdout:
                     if (text := live_text(line)) is not None:
@@ -150,6 +151,9 @@ class RankJob:
                     self._keep(combined, line)
                     if not START_UP_NOISE.search(line):
                         self.console.line(line)
+            finally:
+                with contextlib.suppress(OSError):  # a full disk: what it held is lost
+                    combined.close()
             code = process.wait()
             log.debug("tntrun: the launcher ended with exit code %d", code)
             stalled = self._stalled[0] if self._stalled else None

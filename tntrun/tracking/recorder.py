@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tntrun.contract import run_files
+from tntrun.contract.disk import disk_errno
 from tntrun.contract.metrics import MetricPoint, last_values
 from tntrun.contract.run_status import RunStatus
 from tntrun.datasets.base import DatasetInfo
@@ -247,8 +248,8 @@ class Recorder:
             return
         try:
             write_schedule_chart(plan, self.run_dir / run_files.LR_PLOT)  # after the run
-        except OSError:
-            if not disk:  # a full disk has its failure.disk already; the chart can wait
+        except OSError as err:
+            if not (disk or disk_errno(err)):  # a full disk: the chart is the least of it
                 raise
         finally:
             self._settle(status, stalled, disk)

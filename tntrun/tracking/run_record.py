@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -101,8 +102,9 @@ def record_outputs(
         failure = find_failure(run_dir / run_files.LOGS)
         if failure is not None:
             report = run_dir / run_files.traceback_file(failure.rank)
-            report.write_text(failure.traceback)
-            tracker.log_artifact(report, prefix)
+            with contextlib.suppress(OSError):  # a full disk: the tags below say it all the same
+                report.write_text(failure.traceback)
+                tracker.log_artifact(report, prefix)
             tracker.set_tag("failure.rank", str(failure.rank))
             tracker.set_tag("failure.last_lines", failure.last_lines[:5000])
 
