@@ -122,12 +122,13 @@ def test_a_second_run_is_refused_then_a_full_disk_fails_the_first_as_failure_dis
     assert (run_dir / "run.lock").read_text() == ""  # released
 
 
-PREEMPT = fault("preempt", rank=1, step=30)  # they stop after step 32: epoch 2, batch 10
+ONE_RANK = ("ranks_per_node=1",)  # half the CPU of two: the fallback is the driver's
+PREEMPT = fault("preempt", rank=0, step=30)  # it stops after step 32: epoch 2, batch 10
 NEWEST = "epoch-0001.batch-00010"  # 22 steps an epoch
 
 
 def test_a_damaged_newest_checkpoint_after_a_preemption_falls_back_and_finishes(tmp_path):
-    preempted = tntrun_cli(tmp_path, *SHORT, *PREEMPT)
+    preempted = tntrun_cli(tmp_path, *SHORT, *ONE_RANK, *PREEMPT)
     assert "tntrun: run KILLED" in preempted.stdout, preempted.stdout[-3000:]
     old_dir = run_dir_of(preempted)
     names = sorted(p.name for p in (old_dir / "checkpoints").iterdir())
@@ -137,7 +138,7 @@ def test_a_damaged_newest_checkpoint_after_a_preemption_falls_back_and_finishes(
     spoilt[len(spoilt) // 2] ^= 0xFF
     data.write_bytes(bytes(spoilt))
 
-    resumed = tntrun_cli(tmp_path, *SHORT, "resume=auto", "callbacks={}")
+    resumed = tntrun_cli(tmp_path, *SHORT, *ONE_RANK, "resume=auto", "callbacks={}")
     output = resumed.stdout + resumed.stderr
     assert resumed.returncode == 0, output[-3000:]
     assert (
