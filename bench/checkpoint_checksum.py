@@ -55,8 +55,9 @@ def main() -> None:
         folder.mkdir()
         for _ in range(args.repeats):
             times["write"].append(timed(lambda: state.write(str(folder / STATE_PREFIX))))
-            sums: dict[str, str] = {}
-            times["checksums"].append(timed(lambda: sums.update(folder_checksums(folder))))
+            start = time.perf_counter()
+            sums = folder_checksums(folder)
+            times["checksums"].append(time.perf_counter() - start)
             meta = {"epoch": 1, "step": 1, "world_size": 1, "global_batch_size": 256}
             meta |= {"config_hash": "x", "batch": 0, "checksums": sums}
             (folder / META).write_text(json.dumps(meta))
