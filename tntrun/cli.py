@@ -13,8 +13,9 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from tntrun.config.checks import choice_problems, split_argv, user_choices
 from tntrun.config.compose import CONFIG_NAME
@@ -22,6 +23,7 @@ from tntrun.config.schema import register
 from tntrun.config.user_code import add_user_path
 from tntrun.console import ensure_console
 from tntrun.contract.exit_codes import EXIT_CONFIG_ERROR
+from tntrun.contract.run_lock import RunDirBusy, take_early
 from tntrun.driver import run
 from tntrun.errors import print_problems
 from tntrun.experiment import Experiment, RunResult
@@ -54,6 +56,23 @@ def _hydra_entry(cfg: DictConfig) -> float:
     if result.exit_code:
         _failed_jobs.append(result.exit_code)  # a sweep goes on with its other jobs
     return result.objective(cfg.tracking.objective)  # what sweepers such as Optuna optimise
+
+
+class LockRunDir(Callback):
+    """Lock a single run's directory before Hydra writes ``.hydra/`` and its log there, so
+    that a second run into a running one's directory is refused with nothing of it touched
+    (the driver holds the lock from here on; a sweep's jobs each lock their own)."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: object) -> None:
+        try:
+            run_dir = Path(str(OmegaConf.select(config, "hydra.run.dir"))).absolute()
+        except Exception:  # a dir that only resolves inside the job: the driver locks it
+            return
+        try:
+            take_early(run_dir)
+        except RunDirBusy as busy:
+            print_problems([str(busy)])
+            sys.exit(EXIT_CONFIG_ERROR)
 
 
 def _subcommand(argv: list[str]) -> int | None:

@@ -44,6 +44,19 @@ class ConsoleHandler(logging.StreamHandler):
         super().emit(record)
 
 
+class RunLogFile(logging.FileHandler):
+    """Hydra's job log in the run directory; on a full disk it stops, quietly: the console
+    has every line, and the run names the disk itself (``failure.disk``), where logging's
+    own error report would print a traceback for each line."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        error = sys.exc_info()[1]
+        if isinstance(error, OSError):
+            self.setLevel(logging.CRITICAL + 1)  # nothing more to this file
+            return
+        super().handleError(record)
+
+
 def ensure_console() -> None:
     """Show tntrun's INFO lines in a process whose logging nobody configured (the Python
     API, a subcommand); a configured process (Hydra, the user's own set-up) is left as is."""

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tntrun.config.settings import Settings
+from tntrun.config.zoo import SizedDataset
 from tntrun.contract import run_files
 from tntrun.contract.checkpoints import adopt
+from tntrun.contract.disk import disk_error_of
 from tntrun.contract.driver_alive import driver_tags
 from tntrun.contract.exit_codes import EXIT_INTERRUPTED, EXIT_TRACKING_PENDING
 from tntrun.contract.node_metrics import carry_over
+from tntrun.contract.run_lock import RunDirBusy, RunDirLock, taken_early
 from tntrun.contract.run_status import RunStatus
 from tntrun.environments import ClusterEnvironment
 from tntrun.errors import PlanError
@@ -58,30 +61,72 @@ def dry_run(typed: TypedExperiment, plan: Plan, run_dir: Path, assumed: str | No
 
 
 def run(exp: Experiment) -> RunResult:
-    """Plan, track and launch one run (or continue one); never leaves it RUNNING."""
+    """Plan, track and launch one run (or continue one); never leaves it RUNNING. The run
+    directory is locked (one run a directory) from before anything is written into it."""
     run_dir = exp.run_dir or Path(exp.config.output_root).resolve() / "runs" / "api"
+    early = taken_early(run_dir)  # the CLI's, taken before Hydra wrote into the directory
     facts = gather_facts()
     try:
-        allocated = facts.machine.allocation
-        typed = typed_experiment(exp.config, exp.overrides, allocated)
-        settings = typed.settings
-        tracker = tracker_for(settings.tracker_settings(), Path(settings.output_root))
-        reference, how = resume_reference(typed, tracker, facts)
-        resumed = resume_of(exp, settings, tracker, reference, how) if reference else None
-        if resumed:  # the stored config, with the layout filled as for a new run
-            typed = typed_experiment(resumed.config, exp.overrides, allocated)
-        point = resumed.point if resumed else None
-        plan, sized, inputs = prepare(typed, exp.choices, facts.machine, run_dir, point)
+        planned = plan_run(exp, facts, run_dir)
     except PlanError as err:  # e.g. a layout change not allowed: before any rank or record
+        if early is not None:
+            early.release()
         return config_error(err.problems, run_dir)
+    try:
+        lock = early or RunDirLock(run_dir).acquire()
+    except RunDirBusy as busy:  # nothing of the running one touched
+        return config_error([str(busy)], run_dir)
+    except OSError as err:  # a full or read-only disk where the run is to be written
+        return config_error([f"run directory {run_dir}: {disk_error_of(err, run_dir) or err}"])
+    with lock:
+        if lock.stale is not None:
+            log.warning(
+                f"tntrun: note: took over {lock.path} from a tntrun that ended without "
+                f"releasing it ({lock.stale})"
+            )
+        return start(exp, facts, planned, run_dir)
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A run planned, before anything is written: its config, plan and what it continues."""
+
+    typed: TypedExperiment
+    plan: Plan
+    sized: SizedDataset
+    inputs: PlanInputs
+    resumed: ResumedRun | None
+    tracker: Tracker
+
+
+def plan_run(exp: Experiment, facts: Facts, run_dir: Path) -> Planned:
+    """Type the config, find the run to continue (if any) and derive the plan; raises
+    PlanError. Writes nothing into the run directory."""
+    allocated = facts.machine.allocation
+    typed = typed_experiment(exp.config, exp.overrides, allocated)
+    settings = typed.settings
+    tracker = tracker_for(settings.tracker_settings(), Path(settings.output_root))
+    reference, how = resume_reference(typed, tracker, facts)
+    resumed = resume_of(exp, settings, tracker, reference, how) if reference else None
+    if resumed:  # the stored config, with the layout filled as for a new run
+        typed = typed_experiment(resumed.config, exp.overrides, allocated)
+    point = resumed.point if resumed else None
+    plan, sized, inputs = prepare(typed, exp.choices, facts.machine, run_dir, point)
+    return Planned(typed, plan, sized, inputs, resumed, tracker)
+
+
+def start(exp: Experiment, facts: Facts, planned: Planned, run_dir: Path) -> RunResult:
+    """Write the run's inputs into its (locked) directory and launch it (or dry-run it)."""
+    typed, plan, resumed, tracker = planned.typed, planned.plan, planned.resumed, planned.tracker
     if resumed:
+        for damaged in resumed.damaged:
+            log.warning(f"tntrun: {damaged}")
         log.info(f"tntrun: {resumed.how}: continuing run {resumed.run_id}")
     keras_note = keras_override_note(os.environ)
     for note in [*plan.notes(), *([keras_note] if keras_note else [])]:
         log.warning(f"tntrun: note: {note}")
     if plan.settings.dry_run:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        dry_run(typed, plan, run_dir, sized.assumed)
+        dry_run(typed, plan, run_dir, planned.sized.assumed)
         return RunResult(RunStatus.PLANNED, 0, run_dir, plan=plan)
     problems = device_problems(plan.hosts, plan.gpus_per_node, facts.machine)
     problems += tensorboard_problems(plan.settings.train.tensorboard)
@@ -90,12 +135,13 @@ def run(exp: Experiment) -> RunResult:
     problems = problems or tracker.problems()
     if problems:
         return config_error(problems, run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if resumed:  # the run's newest directory holds its newest checkpoint (resume=auto)
-        adopt(Path(resumed.point.checkpoint), run_dir)
-        carry_over(resumed.run_dir, run_dir)  # each host's system metrics go on from there
-    (run_dir / run_files.CONFIG).write_text(typed.recorded_yaml)
-    plan.save(run_dir / run_files.PLAN)
+    try:
+        write_inputs(planned, run_dir)
+    except OSError as err:  # a full disk: refused before launch, in one line
+        disk = disk_error_of(err, run_dir)
+        if disk is None:
+            raise
+        return config_error([f"run directory {run_dir}: {disk}"], run_dir)
     log.info(
         f"tntrun: {plan.world_size} ranks on {', '.join(f'{h}:{s}' for h, s in plan.hosts)}; "
         f"global batch {plan.global_batch_size} = {plan.world_size} x {plan.micro_batch_size}; "
@@ -103,8 +149,20 @@ def run(exp: Experiment) -> RunResult:
     )
     launch_tags = {**driver_tags(), **facts.cluster.tags()}
     origin = RunOrigin(exp.overrides, exp.choices, exp.parent_run_id, exp.job, launch_tags)
-    recorder = Recorder(tracker, plan, typed.recorded, run_dir, origin, resumed, inputs.info)
-    return launch(recorder, inputs, plan, facts.cluster)
+    recorder = Recorder(
+        tracker, plan, typed.recorded, run_dir, origin, resumed, planned.inputs.info
+    )
+    return launch(recorder, planned.inputs, plan, facts.cluster)
+
+
+def write_inputs(planned: Planned, run_dir: Path) -> None:
+    """The ranks' inputs (config.yaml, plan.json) and a resumed run's checkpoint."""
+    resumed = planned.resumed
+    if resumed:  # the run's newest directory holds its newest checkpoint (resume=auto)
+        adopt(Path(resumed.point.checkpoint), run_dir)
+        carry_over(resumed.run_dir, run_dir)  # each host's system metrics go on from there
+    (run_dir / run_files.CONFIG).write_text(planned.typed.recorded_yaml)
+    planned.plan.save(run_dir / run_files.PLAN)
 
 
 def resume_reference(
@@ -163,7 +221,7 @@ def launch(
     try:
         outcome = supervisor.run(recorder)
     finally:
-        recorder.end(outcome.status, outcome.stalled)  # never leaves it RUNNING
+        recorder.end(outcome.status, outcome.stalled, outcome.disk)  # never leaves it RUNNING
     if outcome.preempted:
         cluster.requeue(outcome.stop_signal)
     if outcome.refused:

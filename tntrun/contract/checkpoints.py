@@ -4,7 +4,9 @@ Only paths and JSON here (no TensorFlow), so the driver can find and vet a
 checkpoint before it starts ranks. A checkpoint is a folder
 ``<run_dir>/checkpoints/epoch-0003/`` holding TensorFlow's checkpoint files
 (model and optimizer state) and ``meta.json``; it appears under that name only
-once complete, because it is written under a temporary name and renamed. A
+once complete, because it is written under a temporary name and renamed; its
+``meta.json`` lists a checksum of each of its files (``checksums``), which the driver
+verifies before it resumes from it (:mod:`tntrun.contract.checkpoint_integrity`). A
 preempted run stops inside an epoch: ``epoch-0003.batch-00017`` holds the state
 after 3 epochs and 17 batches of the 4th (names sort in training order).
 """
@@ -16,16 +18,21 @@ import json
 import os
 import shutil
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from tntrun.contract.disk import disk_error_of
 from tntrun.contract.run_files import CHECKPOINTS
 
 META = "meta.json"
 STATE_PREFIX = "state"
 BEST = "best"  # checkpoints/best: the best by checkpoint.monitor
 BEST_META = "best.json"
+CHECKSUMS = "checksums"  # meta.json's key: {file name: "sha256:<hex>"} (none before 0.2)
+DAMAGED = ".damaged"  # suffix of a checkpoint found damaged: kept, never resumed from
+DIGEST = "sha256"  # OpenSSL's, with the CPU's SHA instructions: twice blake2b here
+CHUNK = 1 << 20
 # Keys that may change between an interrupted run and its resumption.
 VOLATILE_KEYS = (
     "train",
@@ -80,7 +87,8 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     root = run_dir / CHECKPOINTS
     if not root.is_dir():
         return []
-    return sorted(p for p in root.glob("epoch-[0-9]*") if (p / META).is_file())
+    found = root.glob("epoch-[0-9]*")
+    return sorted(p for p in found if not p.name.endswith(DAMAGED) and (p / META).is_file())
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
@@ -89,7 +97,29 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 
 
 def read_meta(checkpoint: Path) -> CheckpointMeta:
-    return CheckpointMeta(**json.loads((checkpoint / META).read_text()))
+    """The checkpoint's metadata (raises ValueError or OSError for a damaged meta.json)."""
+    raw = json.loads((checkpoint / META).read_text())
+    known = {field.name for field in fields(CheckpointMeta)}
+    try:
+        return CheckpointMeta(**{k: v for k, v in raw.items() if k in known})
+    except TypeError as err:  # a key missing: not a meta.json tntrun wrote whole
+        raise ValueError(f"{checkpoint / META}: {err}") from None
+
+
+def file_digest(path: Path) -> str:
+    """The checksum of one file, streamed (a checkpoint's files may be gigabytes)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(CHUNK):
+            digest.update(chunk)
+    return f"{DIGEST}:{digest.hexdigest()}"
+
+
+def folder_checksums(folder: Path) -> dict[str, str]:
+    """Each file of a checkpoint folder but meta.json (which holds them): its checksum."""
+    return {
+        p.name: file_digest(p) for p in sorted(folder.iterdir()) if p.is_file() and p.name != META
+    }
 
 
 def _write_atomically(
@@ -98,14 +128,23 @@ def _write_atomically(
     write_state: Callable[[str], None],
     extra: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write a checkpoint folder under a temporary name and rename it to ``final``."""
+    """Write a checkpoint folder under a temporary name and rename it to ``final``; on a
+    failure (a full disk) remove the temporary folder: the previous checkpoints stand."""
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    write_state(str(tmp / STATE_PREFIX))
-    (tmp / META).write_text(json.dumps(asdict(meta), indent=2))
-    if extra is not None:
-        (tmp / BEST_META).write_text(json.dumps(dict(extra), indent=2))
+    try:
+        tmp.mkdir(parents=True)
+        write_state(str(tmp / STATE_PREFIX))
+        if extra is not None:
+            (tmp / BEST_META).write_text(json.dumps(dict(extra), indent=2))
+        described = {**asdict(meta), CHECKSUMS: folder_checksums(tmp)}
+        (tmp / META).write_text(json.dumps(described, indent=2))
+    except Exception as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        disk = disk_error_of(err, tmp)
+        if disk is not None:
+            raise disk from err
+        raise
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)

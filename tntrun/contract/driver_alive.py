@@ -83,9 +83,19 @@ class DriverHeartbeat:
 
 
 def write_beat(path: Path, identity: str, count: int | str) -> None:
+    """A new beat, whole (written aside, renamed); on a full disk, over the old one in
+    place, which needs no new block, so the ranks live to report the disk themselves."""
+    beat = f"{identity} {count}\n"
     partial = path.with_suffix(".tmp")
-    partial.write_text(f"{identity} {count}\n")
-    partial.replace(path)
+    try:
+        partial.write_text(beat)
+        partial.replace(path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
+        with path.open("r+") as old:
+            old.write(beat)
+            old.truncate()
 
 
 def keep_beating(path: Path, identity: str) -> None:

@@ -7,6 +7,7 @@ lines without a prefix are the launcher's own.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +49,8 @@ class RankLogWriter:
 
     def _file(self, name: str) -> TextIO:
         if name not in self._files:
-            self._files[name] = (self.directory / f"{name}.log").open("a")
+            # Line-buffered: a full disk fails the write, not a flush at the end.
+            self._files[name] = (self.directory / f"{name}.log").open("a", buffering=1)
         return self._files[name]
 
     def write(self, line: str) -> None:
@@ -61,7 +63,8 @@ class RankLogWriter:
 
     def close(self) -> None:
         for handle in self._files.values():
-            handle.close()
+            with contextlib.suppress(OSError):  # a full disk: its lines are lost, not the run
+                handle.close()
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,9 @@ LEGACY_RUN_ID = "mlflow_run_id"
 # What the tracking store has not received when it was unreachable at the end of a run
 # (metrics offset, outputs, final status); `tntrun sync <run dir>` replays it, then deletes it.
 TRACKING_PENDING = "tracking_pending.json"
+# The driver's lock of the directory for the run's whole life: one run a directory
+# (contract.run_lock); it names the holder (pid, host, since when) while a driver runs.
+RUN_LOCK = "run.lock"
 # Written while the ranks run.
 DRIVER_ALIVE = "driver.alive"  # the driver's heartbeat: its ranks end when it stops
 METRICS = "metrics.jsonl"  # rank 0's metrics, relayed into the run by the driver

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tntrun.contract import run_files
+from tntrun.contract.disk import DISK_MARK, disk_error_of
 from tntrun.contract.exit_codes import EXIT_CONFIG_ERROR, EXIT_NONFINITE
 
 if TYPE_CHECKING:
@@ -119,6 +120,12 @@ def train_here(plan: Plan, run_dir: Path, requests: StopRequests) -> int:
     except Preempted as stopped:  # every rank, once rank 0's checkpoint of the step is written
         print(f"rank {rank}: preempted: {stopped}", flush=True)
         return 0  # not a failure: no launcher may kill a peer for it
+    except Exception as err:  # last: a full disk: one line the driver reads, not a traceback
+        disk = disk_error_of(err, run_dir)
+        if disk is None:
+            raise
+        print(f"{DISK_MARK}rank {rank}: {disk}", file=sys.stderr, flush=True)
+        return 1
     # Its import alone would delay the first step by seconds; rank 0 imports it once trained,
     # to write its model's MLflow folder (tntrun.engine.mlflow_model), and opens no store.
     if "mlflow" in sys.modules and not mlflow_model.imported_mlflow():

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tntrun.contract.disk import DISK_MARK, disk_error_of
 from tntrun.contract.rank_logs import RankLogWriter
 from tntrun.contract.run_status import RunStatus
 from tntrun.launch.console_relay import ConsoleRelay, live_text
@@ -41,13 +42,14 @@ class LaunchResult:
     returncode: int
     interrupted: bool
     stalled: str | None = None
+    disk: str | None = None  # a full or failing disk under the run directory, in one line
 
     @property
     def status(self) -> RunStatus:
         """The run status this outcome maps to."""
         if self.interrupted:
             return RunStatus.KILLED
-        ended_well = self.returncode == 0 and not self.stalled
+        ended_well = self.returncode == 0 and not self.stalled and not self.disk
         return RunStatus.FINISHED if ended_well else RunStatus.FAILED
 
 
@@ -107,6 +109,8 @@ class RankJob:
     ) -> None:
         self.log_file, self.rank_logs = log_file, rank_logs
         self._stalled: list[str] = []
+        self._rank_disk: str | None = None  # a rank's disk error line (path, free space)
+        self._logs_disk: str | None = None  # the logs' own, when the driver cannot write them
         self.console = ConsoleRelay()
         self.process = subprocess.Popen(
             list(command),
@@ -135,26 +139,48 @@ class RankJob:
         """Relay the job's output until it ends (or Ctrl-C stops it)."""
         process = self.process
         try:
-            with self.log_file.open("w") as combined:
+            combined = self.log_file.open("w", buffering=1)
+            try:
                 assert process.stdout is not None
                 for line in process.stdout:
                     if (text := live_text(line)) is not None:
                         self.console.live(text)  # for the eyes only: no log keeps it
                         continue
-                    combined.write(line)
-                    self.rank_logs.write(line)
+                    if DISK_MARK in line and self._rank_disk is None:
+                        self._rank_disk = line.split(DISK_MARK, 1)[1].strip()
+                    self._keep(combined, line)
                     if not START_UP_NOISE.search(line):
                         self.console.line(line)
+            finally:
+                with contextlib.suppress(OSError):  # a full disk: what it held is lost
+                    combined.close()
             code = process.wait()
             log.debug("tntrun: the launcher ended with exit code %d", code)
             stalled = self._stalled[0] if self._stalled else None
-            return LaunchResult(code, interrupted=False, stalled=stalled)
+            # The logs' own disk error fails a run only with the ranks' (they write there too).
+            disk = self._rank_disk or (self._logs_disk if code else None)
+            return LaunchResult(code, interrupted=False, stalled=stalled, disk=disk)
         except KeyboardInterrupt:
             _stop(process)
             return LaunchResult(process.returncode or 130, interrupted=True)
         finally:
             self.console.close()
             self.stop()
+
+    def _keep(self, combined, line: str) -> None:
+        """Write a line to the logs; a full disk stops the logging (the console goes on)
+        and is the run's failure unless a rank names its own."""
+        if self._logs_disk is not None:
+            return
+        try:
+            combined.write(line)
+            self.rank_logs.write(line)
+        except OSError as err:
+            disk = disk_error_of(err, self.log_file)
+            if disk is None:
+                raise
+            self._logs_disk = f"the driver: {disk}"
+            log.warning(f"tntrun: the ranks' logs stop: {disk}")
 
     def terminate(self) -> None:
         """Stop the ranks from another thread; :meth:`follow` then returns."""

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Protocol
 
 from tntrun.contract import run_files
-from tntrun.contract.checkpoints import latest_checkpoint, read_meta
+from tntrun.contract.checkpoint_integrity import newest_intact
+from tntrun.contract.checkpoints import read_meta
 from tntrun.contract.clock import process_start_time
 from tntrun.contract.driver_alive import DriverHeartbeat
 from tntrun.contract.rank_logs import RankLogWriter
@@ -56,6 +57,7 @@ class Outcome:
     stop_signal: signal.Signals | None = None  # the signal that asked them to checkpoint
     preempted: bool = False  # they stopped together on a stop request and checkpointed there
     ended_by: signal.Signals | None = None  # KILLED: the signal that ended the run
+    disk: str | None = None  # FAILED: a full or failing disk under the run directory
 
     def __post_init__(self) -> None:
         # The status as a RunStatus even where a caller still passes its string.
@@ -114,7 +116,7 @@ class Supervisor:
 
     def run(self, events: RankEvents) -> Outcome:
         """Pre-flight, start and follow the ranks (restarting them as allowed); how they ended."""
-        status, stalled, refused = RunStatus.FAILED, None, ()
+        status, stalled, refused, disk = RunStatus.FAILED, None, (), None
         try:
             with self.stopping.installed():
                 try:
@@ -124,7 +126,7 @@ class Supervisor:
                     events.refused(refused)
                 else:
                     result = self.follow(events)
-                    status, stalled = result.status, result.stalled
+                    status, stalled, disk = result.status, result.stalled, result.disk
                     if self.preempted() or (
                         self.stopping.received and status != RunStatus.FINISHED
                     ):
@@ -136,7 +138,7 @@ class Supervisor:
                 self.job.stop()
         received, preempted = self.stopping.received, self.preempted()
         ended_by = self.stopping.interrupted_by or received  # else Ctrl-C: Python's SIGINT
-        return Outcome(status, self.plan, stalled, refused, received, preempted, ended_by)
+        return Outcome(status, self.plan, stalled, refused, received, preempted, ended_by, disk)
 
     def preempted(self) -> bool:
         """Whether the ranks stopped together on a stop request and checkpointed there."""
@@ -202,6 +204,9 @@ class Supervisor:
         limit = self.plan.settings.train.max_restarts
         if outcome.status != RunStatus.FAILED or self.restarts >= limit or self.too_few_hosts:
             return False
+        if outcome.disk:  # a restart would meet the same full disk
+            log.warning(f"tntrun: not restarting the ranks: {outcome.disk}")
+            return False
         return self.restart(outcome, events)
 
     def elastic_hosts(self, outcome: LaunchResult) -> Hosts | None:
@@ -227,10 +232,12 @@ class Supervisor:
     def restart(self, outcome: LaunchResult, events: RankEvents, hosts: Hosts | None = None):
         """Re-plan from the newest checkpoint (on ``hosts``: an elastic resize, else the same
         layout: a restart) and go on in the same run; False when that cannot be planned."""
-        checkpoint = latest_checkpoint(self.run_dir)
+        checkpoint, damaged = newest_intact(self.run_dir)
+        for line in damaged:
+            log.warning(f"tntrun: {line}")
         try:
             if checkpoint is None:
-                raise PlanError("the run wrote no checkpoint to restart from")
+                raise PlanError("the run wrote no intact checkpoint to restart from")
             point = ResumePoint(str(checkpoint), read_meta(checkpoint), hosts is not None)
             plan = self.replan(point, hosts)
         except PlanError as err:

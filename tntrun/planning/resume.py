@@ -14,7 +14,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from tntrun.config.schema import TntrunConfig
 from tntrun.contract import run_files
+from tntrun.contract.checkpoint_integrity import newest_intact
 from tntrun.contract.checkpoints import CheckpointMeta, latest_checkpoint, read_meta
+from tntrun.contract.run_lock import live_holder
 from tntrun.errors import PlanError
 
 RESUME_KEYS = ("resume", "resume_allow_layout_change")
@@ -74,6 +76,7 @@ class ResumedRun:
     config: DictConfig
     point: ResumePoint
     how: str = ""  # how the run was chosen (resume=..., a requeued Slurm job)
+    damaged: tuple[str, ...] = ()  # newer checkpoints found damaged and set aside, a line each
 
 
 def find_run_dir(reference: str, lookup: RunDirLookup, store: str) -> Path:
@@ -136,12 +139,7 @@ def load_resumed_run(
 ) -> ResumedRun:
     """Everything the driver needs to continue the referenced run."""
     run_dir = find_run_dir(reference, lookup, store)
-    checkpoint = latest_checkpoint(run_dir)
-    if checkpoint is None:
-        raise PlanError(
-            f"resume={reference}: {run_dir} holds no complete checkpoint "
-            "(checkpoint.every_epochs=0, or the run stopped before its first one)"
-        )
+    checkpoint, damaged = resumable_checkpoint(reference, run_dir)
     run_id = run_files.read_run_id(run_dir)
     if run_id is None:
         raise PlanError(
@@ -159,7 +157,32 @@ def load_resumed_run(
         config=config,
         point=ResumePoint(str(checkpoint), read_meta(checkpoint), allow_layout_change),
         how=how or f"resume={reference}",
+        damaged=tuple(damaged),
     )
+
+
+def resumable_checkpoint(reference: str, run_dir: Path) -> tuple[Path, list[str]]:
+    """The newest intact checkpoint of a run no driver runs now, and a line for each newer
+    one found damaged (set aside); PlanError, one line, when there is none."""
+    holder = live_holder(run_dir)
+    if holder is not None:
+        raise PlanError(
+            f"resume={reference}: {run_dir} is still running ({holder}): wait for it to end "
+            "or stop it first"
+        )
+    checkpoint, damaged = newest_intact(run_dir)
+    if checkpoint is None and damaged:
+        names = ", ".join(line.split()[1] for line in damaged)
+        raise PlanError(
+            f"resume={reference}: every checkpoint of {run_dir} is damaged ({names}; kept as "
+            "*.damaged): nothing to resume from, start a new run"
+        )
+    if checkpoint is None:
+        raise PlanError(
+            f"resume={reference}: {run_dir} holds no complete checkpoint "
+            "(checkpoint.every_epochs=0, or the run stopped before its first one)"
+        )
+    return checkpoint, damaged
 
 
 def recorded_choices(run_dir: Path) -> dict[str, str]:

@@ -51,11 +51,12 @@ class Delivery:
         open_run: Callable[[], None] = lambda: None,
         outputs_logged: bool = False,
         models: ModelPublishing | None = None,  # a FINISHED run's models (None: not logged)
+        disk: str | None = None,  # a full disk under the run directory (failure.disk)
     ) -> None:
         self.tracker, self.run_dir, self.relay = tracker, run_dir, relay
         self.status, self.stalled, self.prefix = status, stalled, prefix
         self.open_run, self.outputs_logged = open_run, outputs_logged
-        self.models = models
+        self.models, self.disk = models, disk
 
     def attempt(self) -> None:
         """Deliver what is left and set the status; raises the first failure."""
@@ -63,7 +64,9 @@ class Delivery:
         try:
             self.relay.drain()
             if not self.outputs_logged:
-                record_outputs(self.tracker, self.run_dir, self.status, self.prefix, self.stalled)
+                record_outputs(
+                    self.tracker, self.run_dir, self.status, self.prefix, self.stalled, self.disk
+                )
                 if self.models is not None:
                     self.models.record(self.tracker, self.run_dir, self.status)
                 self.outputs_logged = True

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from urllib.parse import urlparse
 
+from tntrun.contract.disk import DISK_ERRNOS
 from tntrun.contract.run_files import TRACKING_PENDING
 from tntrun.contract.run_status import RunStatus
 
@@ -53,6 +54,8 @@ def is_outage(err: BaseException, uri: str) -> bool:
         return False
     seen: BaseException | None = err
     while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in DISK_ERRNOS:  # a disk here, no network
+            return False
         if isinstance(seen, OSError):  # requests' connection errors and timeouts are OSErrors
             return True
         seen = seen.__cause__ or seen.__context__

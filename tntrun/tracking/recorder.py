@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tntrun.contract import run_files
+from tntrun.contract.disk import disk_errno
 from tntrun.contract.metrics import MetricPoint, last_values
 from tntrun.contract.run_status import RunStatus
 from tntrun.datasets.base import DatasetInfo
@@ -234,7 +235,7 @@ class Recorder:
 
     # The end.
 
-    def end(self, status: RunStatus, stalled: str | None) -> None:
+    def end(self, status: RunStatus, stalled: str | None, disk: str | None = None) -> None:
         """Attach the outputs and end the tracked run (never RUNNING while the store answers:
         :meth:`_settle`). A run left to the tracking thread is that thread's to end."""
         abandoned = self._session is not None and self._session.abandoned
@@ -242,15 +243,18 @@ class Recorder:
             tracked = bool(self.tracker.run_id or self._deferred) and not abandoned
             plan = self._plan
         if status == RunStatus.FAILED:
-            self._failure = failure_reason(self.run_dir, stalled)
+            self._failure = f"disk: {disk}" if disk else failure_reason(self.run_dir, stalled)
         if not tracked:
             return
         try:
             write_schedule_chart(plan, self.run_dir / run_files.LR_PLOT)  # after the run
+        except OSError as err:
+            if not (disk or disk_errno(err)):  # a full disk: the chart is the least of it
+                raise
         finally:
-            self._settle(status, stalled)
+            self._settle(status, stalled, disk)
 
-    def _settle(self, status: RunStatus, stalled: str | None) -> None:
+    def _settle(self, status: RunStatus, stalled: str | None, disk: str | None = None) -> None:
         """Deliver the rest (metrics, outputs) and set the final status, retrying through an
         outage of the store for ``tracking.outage_grace_s``; then leave what is still pending
         in the run directory for ``tntrun sync``."""
@@ -267,6 +271,7 @@ class Recorder:
             self.prefix,
             self._open_deferred,
             models=run_models(self._plan, self.origin.parent_run_id),
+            disk=disk,
         )
         grace = self._plan.settings.tracking.outage_grace_s
         if waiting:

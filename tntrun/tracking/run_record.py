@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -59,8 +60,10 @@ def record_outputs(
     status: RunStatus,
     prefix: str | None,
     stalled: str | None = None,
+    disk: str | None = None,
 ) -> None:
-    """Attach the run's outputs and, for a failed run, why it failed (traceback or stall)."""
+    """Attach the run's outputs and, for a failed run, why it failed (traceback, stall or
+    a full disk)."""
 
     def path(name: str) -> str | None:
         return f"{prefix}/{name}" if prefix else name
@@ -91,14 +94,17 @@ def record_outputs(
     loss_setup = run_dir / run_files.LOSS_SETUP
     if stalled:
         tracker.set_tag("failure.stalled", stalled)
+    elif disk:  # nothing more is written there: the ranks' logs are as far as they got
+        tracker.set_tag("failure.disk", disk[:5000])
     elif status == RunStatus.FAILED and loss_setup.is_file():
         tracker.set_tag("failure.loss_setup", loss_setup.read_text().strip()[:5000])
     elif status == RunStatus.FAILED:
         failure = find_failure(run_dir / run_files.LOGS)
         if failure is not None:
             report = run_dir / run_files.traceback_file(failure.rank)
-            report.write_text(failure.traceback)
-            tracker.log_artifact(report, prefix)
+            with contextlib.suppress(OSError):  # a full disk: the tags below say it all the same
+                report.write_text(failure.traceback)
+                tracker.log_artifact(report, prefix)
             tracker.set_tag("failure.rank", str(failure.rank))
             tracker.set_tag("failure.last_lines", failure.last_lines[:5000])
 
