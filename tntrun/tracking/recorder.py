@@ -41,14 +41,7 @@ from tntrun.tracking.opening import (
     run_name,
     user_tags,
 )
-from tntrun.tracking.outage import (
-    Pending,
-    describe,
-    failing,
-    is_outage,
-    sync_line,
-    working_again,
-)
+from tntrun.tracking.outage import Pending, describe, failing, is_outage, sync_line, working_again
 from tntrun.tracking.run_record import failure_reason, start_layout_tags
 from tntrun.tracking.session import TrackingSession
 
@@ -120,11 +113,21 @@ class Recorder:
         """The ranks restarted from a checkpoint with ``plan``: tag why and from where."""
         with self._lock:
             self._plan = plan
-            if self.tracker.run_id:
-                self.tracker.set_tag("restarts", str(self._restarts))
-                self.tracker.set_tag(f"restart.{number}", detail)
-                for key, value in start_layout_tags(plan).items():  # an elastic resize's
+            if not self.tracker.run_id:
+                return
+            tags = {"restarts": str(self._restarts), f"restart.{number}": detail}
+            tags |= start_layout_tags(plan)  # an elastic resize's
+            try:
+                for key, value in tags.items():
                     self.tracker.set_tag(key, value)
+            except Exception as err:  # the ranks go on all the same
+                store = self.tracker.store
+                if not is_outage(err, store):
+                    raise
+                log.warning(
+                    f"tntrun: the tracking store {store} {failing(store)} ({describe(err)}): "
+                    f"restart {number} is not tagged"
+                )
 
     def ranks_ended(self) -> None:
         """Let the relay send what is left; re-raises a failure to open the run."""
