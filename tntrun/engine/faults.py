@@ -57,9 +57,7 @@ class InjectFault(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         """``hold``: after step ``at_step``, wait for the release file."""
         step = int(self.model.optimizer.iterations.numpy())
-        if self.release is None or hvd.rank() != self.rank or step != self.at_step:
-            return
-        if self.fired:
+        if self.release is None or hvd.rank() != self.rank or step != self.at_step or self.fired:
             return
         self.fired = True
         print(f"rank {self.rank}: holding after step {step} until {self.release}", flush=True)

@@ -18,12 +18,12 @@ from urllib.parse import urlparse
 
 from tntrun.tracking.outage import is_remote, unreachable
 
-# Defaults for MLflow's HTTP client in the driver (a variable already set wins): a refused
-# connection fails after about 3 s (retries after 0 s and 2 s) instead of about 4 minutes.
 # MLflow's SQL store logs each database error with its traceback (ERROR, on its own stderr
 # handler) before raising it: tntrun classifies the raised error (an outage, or a bug that
 # surfaces), so the record goes to tntrun's DEBUG log instead of the console.
 DB_ERRORS_LOGGER = "mlflow.store.db.utils"
+# Defaults for MLflow's HTTP client in the driver (a variable already set wins): a refused
+# connection fails after about 3 s (retries after 0 s and 2 s) instead of about 4 minutes.
 HTTP_CLIENT_LIMITS = {
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
