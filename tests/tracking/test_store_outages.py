@@ -104,8 +104,12 @@ def server() -> Iterator[http.server.ThreadingHTTPServer]:
 @pytest.mark.parametrize(
     ("status", "body", "content_type", "outage"),
     [
+        # MLflow's client retries these (its forcelist) and fails with urllib3's error
         (503, b"upstream down", "text/plain", True),  # a proxy before a server gone away
         (500, b'{"error_code": "INTERNAL_ERROR", "message": "db"}', "application/json", True),
+        # and answers these at once: its MlflowException, its RestException
+        (507, b"insufficient storage", "text/plain", True),
+        (501, b'{"error_code": "INTERNAL_ERROR", "message": "no"}', "application/json", True),
         (404, b'{"error_code": "RESOURCE_DOES_NOT_EXIST"}', "application/json", False),
         (400, b'{"error_code": "INVALID_PARAMETER_VALUE"}', "application/json", False),
     ],
