@@ -162,3 +162,40 @@ def test_the_pending_record_names_a_local_store_as_it_was(tmp_path):
     pending.save(tmp_path)
     saved = json.loads((tmp_path / "tracking_pending.json").read_text())
     assert saved["reason"] == "SQLite: disk I/O error" and saved["metrics_offset"] == 12
+
+
+def test_a_deleted_sqlite_store_leaves_the_rest_pending_past_what_it_took(tmp_path, capfd):
+    """In-process, MLflow's real SQL store: the relay delivers two lines, the store's file
+    is deleted, the end leaves the rest pending from there, with no traceback (the replay,
+    with real ranks: test_store_faults)."""
+    from tntrun.contract import run_files
+    from tntrun.contract.metrics import MetricsWriter
+    from tntrun.contract.run_status import RunStatus
+    from tntrun.tracking.delivery import Delivery, deliver_or_leave_pending
+    from tntrun.tracking.metrics_stream import MetricsRelay
+    from tntrun.tracking.mlflow_tracker import MlflowTracker
+    from tntrun.tracking.outage import Pending
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / run_files.CONFIG).write_text("seed: 1\n")
+    database = tmp_path / "store" / "mlflow.db"
+    tracker = MlflowTracker({"uri": f"sqlite:///{database}"}, tmp_path)
+    run_id = tracker.start("r", {})
+    writer = MetricsWriter(run_dir)
+    relay = MetricsRelay(run_dir / run_files.METRICS, tracker.log_metrics)
+    for step in range(2):
+        writer.log({"loss": 1.0 / (step + 1), "accuracy": 0.5}, step)
+    assert relay.drain() == 2
+    database.unlink()  # a store deleted mid-run
+    for step in range(2, 5):
+        writer.log({"loss": 1.0 / (step + 1), "accuracy": 0.5}, step)
+    writer.close()
+    assert not relay.try_drain() and relay.offset > 0  # the first two lines stay delivered
+    delivery = Delivery(tracker, run_dir, relay, RunStatus.FINISHED)
+    pending = deliver_or_leave_pending(
+        delivery, 0.0, lambda: Pending(tracker.store, RunStatus.FINISHED, run_id)
+    )
+    assert pending is not None and pending.reason.startswith("SQLite: ")
+    assert Pending.load(run_dir) == pending and pending.metrics_offset == relay.offset
+    assert "Traceback" not in capfd.readouterr().err  # MLflow's copies went to DEBUG
