@@ -7,10 +7,10 @@ Add it as a user callback on all ranks, e.g.::
            +callbacks.fault.ranks=all_ranks +callbacks.fault.rank=1 \\
            +callbacks.fault.at_step=30 +callbacks.fault.kind=kill
 
-``kind=hold`` with ``+callbacks.fault.release=<file>`` pauses the rank after step
-``at_step`` (the run's last step too) until ``<file>`` exists, having written
-``<file>.held`` first: a test breaks something (the tracking store, say) at a known step
-while the ranks wait, then releases them.
+``kind=hold`` with ``+callbacks.fault.release=<file>`` pauses every rank after step
+``at_step`` (the run's last step too) until ``<file>`` exists, rank ``rank`` having
+written ``<file>.held`` first: a test breaks something (the tracking store, say) at a
+known step while the ranks wait idle (none spins in a collective), then releases them.
 """
 
 from __future__ import annotations
@@ -57,11 +57,12 @@ class InjectFault(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         """``hold``: after step ``at_step``, wait for the release file."""
         step = int(self.model.optimizer.iterations.numpy())
-        if self.release is None or hvd.rank() != self.rank or step != self.at_step or self.fired:
+        if self.release is None or step != self.at_step or self.fired:
             return
         self.fired = True
-        print(f"rank {self.rank}: holding after step {step} until {self.release}", flush=True)
-        self.release.with_name(f"{self.release.name}.held").write_text(f"step {step}\n")
+        if hvd.rank() == self.rank:
+            print(f"rank {self.rank}: holding after step {step} until {self.release}", flush=True)
+            self.release.with_name(f"{self.release.name}.held").write_text(f"step {step}\n")
         while not self.release.exists():
             time.sleep(HOLD_POLL_S)
 
