@@ -7,18 +7,18 @@ real ranks (2 epochs of 22 steps) and a real SQLite store. The ranks hold after 
 on the file and its folder: tests run as root, where permissions stop no write); they
 hold again after the last step while the driver gets two SIGTERMs. The run must end
 FINISHED with exit 3, one line about the store and no traceback, its record pending.
-``tntrun sync`` then meets the store still unwritable, then locked (``BEGIN EXCLUSIVE``
-held by the test), each exit 3 with the record kept; once the store is repaired it
-delivers every metric point, the model and FINISHED into it, and, from a copy of the run
-directory, into a fresh store with ``--tracking-uri``. Which errors are outages, the
-deleted store among them, is tested in-process: test_store_outages.
+``tntrun sync`` then meets the store still unwritable (exit 3, the record kept); once the
+store is repaired it delivers every metric point, the model and FINISHED into it, and,
+from a copy of the run directory, into a fresh store with ``--tracking-uri``. Which errors
+are outages, a deleted and a locked store among them, is tested in-process
+(test_store_outages): a locked store costs 20 s an attempt (MLflow's SQLite busy timeout),
+more than this test may.
 """
 
 from __future__ import annotations
 
 import shutil
 import signal
-import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -203,14 +203,6 @@ def test_a_store_that_fails_mid_run_and_sigterms_after_the_last_step_lose_nothin
         shutil.copytree(run_dir, copy)
 
         assert_still_pending(sync(tmp_path, run_dir), uri, run_dir)  # still unwritable
-        chattr("-i", database, store)
-        holder = sqlite3.connect(database, timeout=60, isolation_level=None)
-        holder.execute("BEGIN EXCLUSIVE")  # another writer holds it
-        try:
-            assert_still_pending(sync(tmp_path, run_dir), uri, run_dir)
-        finally:
-            holder.execute("COMMIT")
-            holder.close()
     finally:
         chattr("-i", database, store)  # else pytest could not delete tmp_path
     print(f"the driver said: {failed}")
