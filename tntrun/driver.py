@@ -28,6 +28,7 @@ from tntrun.errors import PlanError
 from tntrun.experiment import Experiment, RunResult, config_error
 from tntrun.launch import keras_override_note
 from tntrun.launch.discovery import discovery_problems
+from tntrun.launch.preemption import record_first
 from tntrun.launch.supervisor import Outcome, Supervisor
 from tntrun.planning.machine import device_problems, tensorboard_problems
 from tntrun.planning.plan import Plan
@@ -221,7 +222,8 @@ def launch(
     try:
         outcome = supervisor.run(recorder)
     finally:
-        recorder.end(outcome.status, outcome.stalled, outcome.disk)  # never leaves it RUNNING
+        with record_first():  # a signal now waits: the record is written (or left pending)
+            recorder.end(outcome.status, outcome.stalled, outcome.disk)  # never leaves it RUNNING
     if outcome.preempted:
         cluster.requeue(outcome.stop_signal)
     if outcome.refused:

@@ -182,3 +182,33 @@ def test_the_preempted_tag_says_why_where_and_which_checkpoint(tmp_path):
             "checkpoint epoch-0001.batch-00009"
         )
     }
+
+
+def test_signals_after_the_last_training_step_stop_nothing(tmp_path, caplog):
+    stopped = []
+    stopping = StopOnSignals(
+        tmp_path, ["SIGTERM"], 30.0, lambda: True, lambda: stopped.append(True)
+    )
+    (tmp_path / "trained").write_text("2 epochs\n")  # rank 0, after the run's last step
+    with stopping.installed():
+        for sig in (signal.SIGTERM, signal.SIGTERM, signal.SIGINT):  # no KeyboardInterrupt
+            os.kill(os.getpid(), sig)
+        assert stopping.after_training == signal.SIGINT and stopping.received is None
+        assert not (tmp_path / "stop.request").exists()
+    (said,) = [r.getMessage() for r in caplog.records if r.name == "tntrun.launch.preemption"]
+    assert said.startswith("tntrun: SIGTERM after the last training step: the ranks save")
+    assert "checkpoint" not in said and "go on" not in said
+    assert not stopped  # the grace period's timer was cancelled with the handlers
+    assert Outcome("FINISHED", plan=None, ended_by=signal.SIGTERM).exit_code == 0
+
+
+def test_while_the_record_is_written_a_signal_waits_for_it(caplog):
+    from tntrun.launch.preemption import record_first
+
+    with record_first() as noted:
+        os.kill(os.getpid(), signal.SIGTERM)  # the default would end this process
+        os.kill(os.getpid(), signal.SIGINT)  # and this one raise KeyboardInterrupt
+    assert noted == [signal.SIGTERM, signal.SIGINT]
+    said = [r.getMessage() for r in caplog.records if r.name == "tntrun.launch.preemption"]
+    assert said == ["tntrun: SIGTERM: the run has ended; its record is written first"]
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # restored

@@ -8,8 +8,6 @@ own first.
 
 from __future__ import annotations
 
-import collections
-import json
 import os
 import shutil
 import signal
@@ -23,6 +21,12 @@ import pytest
 from tests.helpers.commands import clean_env, free_port, tntrun_command
 from tests.helpers.pace import PACE
 from tests.helpers.paths import BIN
+from tests.helpers.records import (
+    assert_each_sample_once,
+    expected_counts,
+    host_samples,
+    recorded_counts,
+)
 from tntrun.contract import run_files
 from tntrun.contract.exit_codes import EXIT_TRACKING_PENDING
 from tntrun.contract.metrics import MetricsWriter, last_values
@@ -182,31 +186,6 @@ def wait_for_training(tmp_path: Path, process: subprocess.Popen, lines: int) -> 
 
 def metric_lines(run_dir: Path) -> int:
     return (run_dir / run_files.METRICS).read_text().count("\n")
-
-
-def expected_counts(run_dir: Path) -> collections.Counter:
-    """How many points per key rank 0 wrote (what the run's history must hold)."""
-    counts: collections.Counter = collections.Counter()
-    for line in (run_dir / run_files.METRICS).read_text().splitlines():
-        counts.update(json.loads(line)["metrics"].keys())
-    return counts
-
-
-def recorded_counts(client, run_id: str, keys) -> collections.Counter:
-    return collections.Counter({key: len(client.get_metric_history(run_id, key)) for key in keys})
-
-
-def host_samples(run_dir: Path) -> list[dict]:
-    """The samples this (one) host's local rank 0 wrote of its system metrics."""
-    (found,) = (run_dir / run_files.SYSTEM_METRICS).glob("*.jsonl")
-    return [json.loads(line) for line in found.read_text().splitlines()]
-
-
-def assert_each_sample_once(client, run_id: str, samples: list[dict]) -> None:
-    """The run's system metrics hold each sample the host wrote, once (a one-node run)."""
-    cpu = client.get_metric_history(run_id, "system/cpu_utilization_percentage")
-    assert sorted(m.step for m in cpu) == [sample["step"] for sample in samples]
-    assert sorted(m.timestamp for m in cpu) == [sample["t"] for sample in samples]
 
 
 def wait_for_output(log: Path, text: str, process: subprocess.Popen, seconds: float = 60) -> None:

@@ -39,6 +39,9 @@ STOPPED_EARLY = "stopped_early.json"
 # rank 0 records where they stopped together and the checkpoint written there.
 STOP_REQUEST = "stop.request"
 PREEMPTED = "preempted.json"
+# rank 0, once the run's last training step ended: no stop request can stop training now, so
+# the driver lets the ranks finish (the final model saved) whatever signal comes.
+TRAINED = "trained"
 # Outputs.
 FINAL_WEIGHTS = "final_weights.npz"
 FINAL_MODEL = "model.keras"

@@ -15,7 +15,13 @@ from hydra.utils import instantiate
 
 from tntrun.contract.checkpoints import CheckpointMeta
 from tntrun.contract.metrics import MetricsWriter
-from tntrun.contract.run_files import ENV_LIVE_PROGRESS, HEARTBEATS, PRECISION, TENSORBOARD
+from tntrun.contract.run_files import (
+    ENV_LIVE_PROGRESS,
+    HEARTBEATS,
+    PRECISION,
+    TENSORBOARD,
+    TRAINED,
+)
 from tntrun.contract.stop_requests import StopRequests
 from tntrun.engine.bleu import BleuEvaluation
 from tntrun.engine.checkpointing import Checkpointer
@@ -87,7 +93,8 @@ def build_callbacks(
     train, tracking = plan.settings.train, plan.settings.tracking
     sync_guard = WeightSyncGuard(train.check_sync_every_epochs)
     requests = requests or StopRequests([], run_dir)
-    preemption = PreemptionGuard(requests, agreement, plan.steps_per_epoch, plan.epochs)
+    trained = run_dir / TRAINED if data.rank == 0 else None
+    preemption = PreemptionGuard(requests, agreement, plan.steps_per_epoch, plan.epochs, trained)
     callbacks: list[keras.callbacks.Callback] = [
         throughput,  # first: its epoch time leaves out the others' per-epoch work
         agreement,  # reads the step's averaged loss and stop request for the two guards

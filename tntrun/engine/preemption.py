@@ -38,13 +38,21 @@ class Preempted(Exception):
 class PreemptionGuard(EpochPosition):
     """Every rank: pass a pending stop request into the next step; raise :class:`Preempted`
     on every rank after the step in which any rank passed one. ``agreement`` is a callback
-    placed before this one (it reads the step's stop request)."""
+    placed before this one (it reads the step's stop request). ``trained_file`` (rank 0's):
+    written after the run's last step, when no request can stop training any more, so the
+    driver lets a signal that comes now end nothing (:mod:`tntrun.launch.preemption`)."""
 
     def __init__(
-        self, requests: StopRequests, agreement: StepAgreement, steps_per_epoch: int, epochs: int
+        self,
+        requests: StopRequests,
+        agreement: StepAgreement,
+        steps_per_epoch: int,
+        epochs: int,
+        trained_file: Path | None = None,
     ) -> None:
         super().__init__(steps_per_epoch, epochs)
         self.requests, self.agreement = requests, agreement
+        self.trained_file = trained_file
         self._asked = False
 
     def on_train_batch_begin(self, batch, logs=None):
@@ -53,8 +61,12 @@ class PreemptionGuard(EpochPosition):
             self.agreement.request_stop()
 
     def on_train_batch_end(self, batch, logs=None):
-        where = self.position(batch) if self.agreement.stop else None
-        if where is not None:  # the epoch's last batch skips its end-of-epoch work
+        where = self.position(batch)
+        if where is None:  # the run's last step: finishing beats a checkpoint of it
+            if self.trained_file is not None:
+                self.trained_file.write_text(f"{self.epochs} epochs\n")
+            return
+        if self.agreement.stop:  # the epoch's last batch skips its end-of-epoch work
             step = int(self.model.optimizer.iterations.numpy())
             raise Preempted(*where, step, self.requests.reason())
 

@@ -127,18 +127,21 @@ class Supervisor:
                 else:
                     result = self.follow(events)
                     status, stalled, disk = result.status, result.stalled, result.disk
-                    if self.preempted() or (
-                        self.stopping.received and status != RunStatus.FINISHED
-                    ):
+                    if self.preempted() or (self.signalled() and status != RunStatus.FINISHED):
                         status = RunStatus.KILLED  # asked to stop: checkpointed (preempted) or not
         except KeyboardInterrupt:
             status = RunStatus.KILLED
         finally:
             if self.job is not None:
                 self.job.stop()
-        received, preempted = self.stopping.received, self.preempted()
-        ended_by = self.stopping.interrupted_by or received  # else Ctrl-C: Python's SIGINT
+        stopping = self.stopping
+        received, preempted = stopping.received, self.preempted()
+        ended_by = stopping.interrupted_by or received or stopping.after_training  # else Ctrl-C
         return Outcome(status, self.plan, stalled, refused, received, preempted, ended_by, disk)
+
+    def signalled(self) -> bool:
+        """Whether a stop signal came while the ranks ran (before or after the last step)."""
+        return bool(self.stopping.received or self.stopping.after_training)
 
     def preempted(self) -> bool:
         """Whether the ranks stopped together on a stop request and checkpointed there."""
@@ -196,7 +199,7 @@ class Supervisor:
     def restart_after(self, outcome: LaunchResult, events: RankEvents) -> bool:
         """After an attempt: an elastic run goes on with the hosts it has now; after a
         failed attempt, re-plan from the newest checkpoint (train.max_restarts)."""
-        if self.stopping.received:
+        if self.signalled():
             return False
         hosts = self.elastic_hosts(outcome)
         if hosts is not None:
@@ -253,6 +256,7 @@ class Supervisor:
             why = said = resize_reason(self.plan, plan)
         self.plan = plan
         plan.save(self.run_dir / run_files.PLAN)
+        (self.run_dir / run_files.TRAINED).unlink(missing_ok=True)  # training goes on again
         log.info(f"tntrun: {said} from {checkpoint.name}, in the same run")
         events.restarted(number, f"{why}; from {checkpoint.name}", plan)
         return True

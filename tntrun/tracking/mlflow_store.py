@@ -18,6 +18,10 @@ from urllib.parse import urlparse
 
 from tntrun.tracking.outage import is_remote, unreachable
 
+# MLflow's SQL store logs each database error with its traceback (ERROR, on its own stderr
+# handler) before raising it: tntrun classifies the raised error (an outage, or a bug that
+# surfaces), so the record goes to tntrun's DEBUG log instead of the console.
+DB_ERRORS_LOGGER = "mlflow.store.db.utils"
 # Defaults for MLflow's HTTP client in the driver (a variable already set wins): a refused
 # connection fails after about 3 s (retries after 0 s and 2 s) instead of about 4 minutes.
 HTTP_CLIENT_LIMITS = {
@@ -98,3 +102,23 @@ def store_lock(uri: str) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+class RaisedErrorsToDebug(logging.Filter):
+    """Keep a library's logged-and-raised errors off the console: each becomes a DEBUG
+    record of ``tntrun.tracking.store`` (the job log with ``hydra.verbose=tntrun``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.exc_info:
+            return True
+        debug = logging.getLogger("tntrun.tracking.store")
+        debug.debug("%s: %s", record.name, record.getMessage(), exc_info=record.exc_info)
+        return False
+
+
+def quiet_store_errors() -> None:
+    """Install :class:`RaisedErrorsToDebug` on MLflow's SQL store logger (once MLflow is
+    imported: its import sets up that logger)."""
+    logger = logging.getLogger(DB_ERRORS_LOGGER)
+    if not any(isinstance(found, RaisedErrorsToDebug) for found in logger.filters):
+        logger.addFilter(RaisedErrorsToDebug())

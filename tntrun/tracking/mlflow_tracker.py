@@ -21,6 +21,7 @@ from tntrun.tracking.lost_runs import DRIVER_LOST_TAG, announce_lost, lost_runs
 from tntrun.tracking.mlflow_models import find_run_model, log_logged_model, register_version
 from tntrun.tracking.mlflow_store import (
     bound_http_retries,
+    quiet_store_errors,
     store_lock,
     store_problems,
     tracking_uri,
@@ -81,6 +82,7 @@ class MlflowTracker:
         os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
         from mlflow.tracking import MlflowClient  # seconds: only once the ranks are starting
 
+        quiet_store_errors()
         with store_lock(self.store):
             client = MlflowClient(tracking_uri=self.store)
             client.search_experiments(max_results=1)  # creates or migrates the schema

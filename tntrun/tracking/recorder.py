@@ -42,7 +42,7 @@ from tntrun.tracking.opening import (
     run_name,
     user_tags,
 )
-from tntrun.tracking.outage import Pending, describe, is_outage, sync_line
+from tntrun.tracking.outage import Pending, describe, failing, is_outage, sync_line, working_again
 from tntrun.tracking.run_record import failure_reason, start_layout_tags
 from tntrun.tracking.session import TrackingSession
 
@@ -114,11 +114,21 @@ class Recorder:
         """The ranks restarted from a checkpoint with ``plan``: tag why and from where."""
         with self._lock:
             self._plan = plan
-            if self.tracker.run_id:
-                self.tracker.set_tag("restarts", str(self._restarts))
-                self.tracker.set_tag(f"restart.{number}", detail)
-                for key, value in start_layout_tags(plan).items():  # an elastic resize's
+            if not self.tracker.run_id:
+                return
+            tags = {"restarts": str(self._restarts), f"restart.{number}": detail}
+            tags |= start_layout_tags(plan)  # an elastic resize's
+            try:
+                for key, value in tags.items():
                     self.tracker.set_tag(key, value)
+            except Exception as err:  # the ranks go on all the same
+                store = self.tracker.store
+                if not is_outage(err, store):
+                    raise
+                log.warning(
+                    f"tntrun: the tracking store {store} {failing(store)} ({describe(err)}): "
+                    f"restart {number} is not tagged"
+                )
 
     def ranks_ended(self) -> None:
         """Let the relay send what is left; re-raises a failure to open the run."""
@@ -164,8 +174,8 @@ class Recorder:
             with self._lock:
                 self._deferred = True
             log.warning(
-                f"tntrun: the tracking store {self.tracker.store} does not answer "
-                f"({describe(err)}); training goes on and the run is recorded once it does"
+                f"tntrun: the tracking store {self.tracker.store} {failing(self.tracker.store)} "
+                f"({describe(err)}); training goes on and the run is recorded once it works"
             )
         return self.tracker, self.prefix
 
@@ -191,14 +201,15 @@ class Recorder:
                 if self._deferred:  # _open_tracked said so already
                     return
             log.warning(
-                f"tntrun: the tracking store {store} does not answer ({describe(err)}); "
+                f"tntrun: the tracking store {store} {failing(store)} ({describe(err)}); "
                 f"training goes on and rank 0's metrics wait in {path} (the hosts' system "
                 f"metrics in {path.parent / run_files.SYSTEM_METRICS})"
             )
 
         def back(lines: int) -> None:
             log.warning(
-                f"tntrun: the tracking store {store} answers again; {lines} metric lines caught up"
+                f"tntrun: the tracking store {store} {working_again(store)}; {lines} metric lines "
+                "caught up"
             )
 
         relay = self._run_relay(on_failure=down, on_recovery=back)
@@ -284,7 +295,7 @@ class Recorder:
             self._pending = pending
         if pending is None and waiting:
             log.warning(
-                f"tntrun: the tracking store {store} answers again; metrics, "
+                f"tntrun: the tracking store {store} {working_again(store)}; metrics, "
                 f"outputs and status {status} delivered"
             )
 
