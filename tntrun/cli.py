@@ -17,13 +17,15 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from tntrun.config.checks import choice_problems, split_argv, user_choices
-from tntrun.config.compose import CONFIG_NAME
+from tntrun.config.compose import CONFIG_NAME, compose_config
+from tntrun.config.run_dir_guard import remove_created
 from tntrun.config.schema import register
 from tntrun.config.user_code import add_user_path
 from tntrun.console import ensure_console
 from tntrun.contract.exit_codes import EXIT_CONFIG_ERROR
 from tntrun.driver import run
-from tntrun.errors import print_problems
+from tntrun.contract.run_status import RunStatus
+from tntrun.errors import PlanError, print_problems
 from tntrun.experiment import Experiment, RunResult
 from tntrun.tracking import sweep
 from tntrun.tracking.sweep import sweep_parent
@@ -47,9 +49,13 @@ def experiment_of(cfg: DictConfig) -> Experiment:
 
 @hydra.main(version_base="1.3", config_path="pkg://tntrun.conf", config_name=CONFIG_NAME)
 def _hydra_entry(cfg: DictConfig) -> float:
-    result: RunResult = run(experiment_of(cfg))
+    exp = experiment_of(cfg)
+    result: RunResult = run(exp)
+    single = HydraConfig.get().mode == RunMode.RUN
+    if single and result.status == RunStatus.INVALID and exp.run_dir:
+        remove_created(exp.run_dir)  # refused: nothing of this command stays behind
     print_problems(result.problems)
-    if result.exit_code and HydraConfig.get().mode == RunMode.RUN:
+    if result.exit_code and single:
         sys.exit(result.exit_code)
     if result.exit_code:
         _failed_jobs.append(result.exit_code)  # a sweep goes on with its other jobs
@@ -75,6 +81,21 @@ def _subcommand(argv: list[str]) -> int | None:
     return None
 
 
+def command_line_problems(argv: list[str]) -> list[str]:
+    """What Hydra would refuse in ``argv``, one line each, before Hydra's entry creates a
+    run directory: a run's config is composed once here (a sweep's choices are checked)."""
+    overrides, config_dirs = split_argv(argv)
+    flags = [arg for arg in argv if arg.startswith("-") and arg not in config_dirs]
+    plain = all(flag.split("=")[0] in ("-cd", "--config-dir") for flag in flags)
+    if not plain or len(config_dirs) > 1:  # -m, --cfg, --help...: Hydra's own handling
+        return choice_problems(overrides, config_dirs)
+    try:
+        compose_config(overrides, config_dirs[0] if config_dirs else None)
+    except PlanError as refused:
+        return refused.problems
+    return []
+
+
 def main() -> None:
     """Console-script entry point; a sweep exits non-zero if any of its jobs failed."""
     # A script's background job starts with SIGINT ignored (POSIX shells without job
@@ -84,8 +105,7 @@ def main() -> None:
     if code is not None:
         sys.exit(code)
     add_user_path()  # as `python -m` would: user modules from the working directory
-    overrides, config_dirs = split_argv(sys.argv[1:])
-    problems = choice_problems(overrides, config_dirs)
+    problems = command_line_problems(sys.argv[1:])
     if problems:
         print_problems(problems)
         sys.exit(EXIT_CONFIG_ERROR)
