@@ -23,8 +23,8 @@ from tntrun.config.schema import register
 from tntrun.config.user_code import add_user_path
 from tntrun.console import ensure_console
 from tntrun.contract.exit_codes import EXIT_CONFIG_ERROR
-from tntrun.driver import run
 from tntrun.contract.run_status import RunStatus
+from tntrun.driver import run
 from tntrun.errors import PlanError, print_problems
 from tntrun.experiment import Experiment, RunResult
 from tntrun.tracking import sweep
