@@ -41,7 +41,7 @@ class Parameters:
     any_keyword: bool  # takes **kwargs
 
 
-def _from_args(args: ast.arguments, skip_self: bool) -> Parameters:
+def parameters_from_args(args: ast.arguments, skip_self: bool) -> Parameters:
     positional = [*args.posonlyargs, *args.args]
     if skip_self and positional:
         positional = positional[1:]
@@ -69,12 +69,12 @@ def _from_source(path: Path, attr: str) -> Parameters | None:
     """Parameters of top-level ``def attr`` or ``class attr`` (its ``__init__``), from source."""
     node = _top_level(path, attr)
     if isinstance(node, ast.FunctionDef):
-        return _from_args(node.args, skip_self=False)
+        return parameters_from_args(node.args, skip_self=False)
     if node is None or node.bases or node.decorator_list:
         return None  # not there, or an inherited or generated __init__: ask the class itself
     for item in node.body:
         if isinstance(item, ast.FunctionDef) and item.name == "__init__":
-            return _from_args(item.args, skip_self=True)
+            return parameters_from_args(item.args, skip_self=True)
     return Parameters(frozenset(), frozenset(), False)
 
 

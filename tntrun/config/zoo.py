@@ -15,6 +15,7 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
+from tntrun.config.callback_checks import check_callbacks
 from tntrun.config.compile_checks import check_compile_keys, check_optimizer_target
 from tntrun.config.user_code import check_target, find_target, is_function_target
 from tntrun.datasets.base import DatasetInfo
@@ -84,6 +85,7 @@ def check_targets(cfg: DictConfig, choices: dict[str, str]) -> None:
     )
     check_compile_keys(**compile_keys)
     check_optimizer_target(cfg.optimizer)
+    check_callbacks(OmegaConf.to_container(cfg.callbacks, resolve=True))
     manual = not distributes_automatically(cfg.dataset)
     if manual and (is_function_target(target) or not hasattr(get_class(target), "load_for_rank")):
         raise PlanError(
