@@ -60,8 +60,8 @@ def dry_run(typed: TypedExperiment, plan: Plan, run_dir: Path, assumed: str | No
 def run(exp: Experiment) -> RunResult:
     """Plan, track and launch one run (or continue one); never leaves it RUNNING."""
     run_dir = exp.run_dir or Path(exp.config.output_root).resolve() / "runs" / "api"
-    facts = gather_facts()
     try:
+        facts = gather_facts()  # a cluster environment's allocation may be unusable
         allocated = facts.machine.allocation
         typed = typed_experiment(exp.config, exp.overrides, allocated)
         settings = typed.settings
@@ -72,8 +72,8 @@ def run(exp: Experiment) -> RunResult:
             typed = typed_experiment(resumed.config, exp.overrides, allocated)
         point = resumed.point if resumed else None
         plan, sized, inputs = prepare(typed, exp.choices, facts.machine, run_dir, point)
-    except PlanError as err:  # e.g. a layout change not allowed: before any rank or record
-        return config_error(err.problems, run_dir)
+    except ValueError as err:  # PlanError; a cluster's LayoutError, a checkpoint's metadata
+        return config_error(problems_of(err), run_dir)
     if resumed:
         log.info(f"tntrun: {resumed.how}: continuing run {resumed.run_id}")
     keras_note = keras_override_note(os.environ)
@@ -105,6 +105,13 @@ def run(exp: Experiment) -> RunResult:
     origin = RunOrigin(exp.overrides, exp.choices, exp.parent_run_id, exp.job, launch_tags)
     recorder = Recorder(tracker, plan, typed.recorded, run_dir, origin, resumed, inputs.info)
     return launch(recorder, inputs, plan, facts.cluster)
+
+
+def problems_of(err: ValueError) -> list[str]:
+    """A planning error's lines: a PlanError's, else the error's message on one line."""
+    if isinstance(err, PlanError):
+        return err.problems
+    return [" ".join(str(err).split()) or type(err).__name__]
 
 
 def resume_reference(

@@ -56,7 +56,7 @@ def _given(overrides: Sequence[str], key: str) -> str:
     """The override that set ``key``, as typed (else ``key=?``)."""
     for override in reversed(overrides):
         name, eq, _ = override.partition("=")
-        if eq and name.lstrip("+~") == key:
+        if eq and (name.lstrip("+~") == key or name.lstrip("+~").startswith(f"{key}.")):
             return override.lstrip("+")
     return f"{key}=?"
 

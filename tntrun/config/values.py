@@ -19,6 +19,8 @@ from tntrun.config.settings import Settings
 from tntrun.datasets.base import DatasetInfo
 
 SEED_LIMIT = 2**32  # NumPy's seed range
+RESERVED_TAG_PREFIX = "mlflow."  # MLflow's system tags
+TAG_NAME = re.compile(r"[\w\-. /:]{1,250}")  # MLflow's rule for tag (and param) names
 
 
 def _positive_finite(value: Any) -> bool:
@@ -95,6 +97,25 @@ def unknown_tracking_keys(settings: Settings) -> list[str]:
     ]
 
 
+def tag_problems(tags: Mapping[str, str]) -> list[str]:
+    """``tracking.tags`` MLflow would refuse or that would overwrite its own (``mlflow.*``:
+    the run's user, source, parent), one line each."""
+    problems = []
+    for name in tags:
+        if str(name).startswith(RESERVED_TAG_PREFIX):
+            problems.append(
+                f"tracking.tags.{name}: {RESERVED_TAG_PREFIX}* tags are MLflow's own (it sets "
+                f"{name} itself): choose another name, e.g. +tracking.tags.{name.split('.')[-1]}"
+                "=..."
+            )
+        elif not TAG_NAME.fullmatch(str(name)):
+            problems.append(
+                f"tracking.tags.{name}: MLflow takes tag names of letters, digits, _ - . / : and "
+                "spaces: rename it"
+            )
+    return problems
+
+
 def combination_problems(settings: Settings) -> list[str]:
     """Values that are fine alone but not together."""
     train = settings.train
@@ -110,6 +131,7 @@ def value_problems(settings: Settings) -> list[str]:
     """One line per value out of its range, per unknown tracking key and per combination
     that cannot run."""
     problems = unknown_tracking_keys(settings) + combination_problems(settings)
+    problems += tag_problems(settings.tracking.tags)
     for key, accepts, fix in RULES:
         value = lookup(settings, key)
         if (key == "optimizer.base_lr" or value is not None) and not accepts(value):
