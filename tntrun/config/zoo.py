@@ -17,7 +17,12 @@ from omegaconf.errors import MissingMandatoryValue
 
 from tntrun.config.callback_checks import check_callbacks
 from tntrun.config.compile_checks import check_compile_keys, check_optimizer_target
-from tntrun.config.user_code import check_target, find_target, is_function_target
+from tntrun.config.user_code import (
+    check_target,
+    constant_return,
+    find_target,
+    is_function_target,
+)
 from tntrun.datasets.base import DatasetInfo
 from tntrun.datasets.function import SIZE_KEYS, FunctionDataset
 from tntrun.errors import PlanError
@@ -77,6 +82,12 @@ def check_targets(cfg: DictConfig, choices: dict[str, str]) -> None:
             )
     model_keys = [k for k in cfg.model if k != "_target_"]
     check_target("model", cfg.model._target_, model_keys, SIZED_BY_DATASET, choices.get("model"))
+    returned = constant_return(cfg.model._target_)
+    if returned is not None:
+        raise PlanError(
+            f"model._target_={cfg.model._target_} returns {returned}, never a model: return "
+            "the keras.Model it builds (e.g. return keras.Sequential([...]))"
+        )
     target = cfg.dataset._target_
     keys, sized = _dataset_keys(cfg)
     check_target("dataset", target, keys, sized, choices.get("dataset"))
