@@ -40,6 +40,7 @@ from tntrun.preparation import (
     typed_experiment,
 )
 from tntrun.tracking import Tracker, tracker_for
+from tntrun.tracking.mlflow_store import sqlite_path
 from tntrun.tracking.opening import RunOrigin
 from tntrun.tracking.recorder import Recorder
 
@@ -145,6 +146,9 @@ def resume_of(
     """The run ``reference`` names, with its config and checkpoint."""
 
     def recorded_run_dir(run_id: str) -> str | None:
+        store_file = sqlite_path(tracker.store)
+        if store_file is not None and not store_file.exists():
+            raise LookupError(run_id)  # no store yet, so no such run: and none is created
         found = tracker_for(settings.tracker_settings(), Path(settings.output_root))
         found.attach(run_id)
         return found.summary().tags.get("run_dir")

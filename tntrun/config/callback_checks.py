@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import ast
 import difflib
+import importlib
 import importlib.util
+import inspect
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,8 +104,6 @@ def callback_parameters(key: str, target: str) -> Parameters | None:
             f"{key}._target_={target}: module {module or '?'} not found in the working "
             "directory or the installed packages: check the name (module.Class)"
         )
-    if not (spec.origin and spec.origin.endswith(".py")):
-        return None
     return _class_parameters(key, target, module, attr)
 
 
@@ -176,6 +177,8 @@ def _inspect(module: str, name: str, depth: int = 0) -> Found:
         return Found("class", True, NO_ARGUMENTS)
     if module == "builtins":  # class X(object)
         return Found("class", False, NO_ARGUMENTS)
+    if module.split(".")[0] in sys.stdlib_module_names:  # frozen or compiled: cheap to ask
+        return _standard_library(module, name)
     source = _module_source(module)
     if source is None or depth > MAX_DEPTH:
         return Found()
@@ -206,6 +209,17 @@ def _inspect(module: str, name: str, depth: int = 0) -> Found:
         return Found("class", callback, parameters_from_args(init.args, skip_self=True))
     inherited = next((f.params for f in found if f.kind == "class"), None)
     return Found("class", callback, inherited if callback else None)
+
+
+def _standard_library(module: str, name: str) -> Found:
+    """A name of Python's own library (imported: no Keras there): never a Keras callback."""
+    try:
+        found = getattr(importlib.import_module(module), name, None)
+    except ImportError:
+        return Found("missing")
+    if found is None:
+        return Found("missing")
+    return Found("class" if inspect.isclass(found) else "function", False)
 
 
 DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
