@@ -7,8 +7,11 @@ This process is the driver and never imports TensorFlow. ``tntrun report``,
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import hydra
@@ -17,7 +20,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from tntrun.config.checks import choice_problems, split_argv, user_choices
-from tntrun.config.compose import CONFIG_NAME, compose_config
+from tntrun.config.compose import CONFIG_NAME
+from tntrun.config.composition_errors import one_line
 from tntrun.config.run_dir_guard import remove_created
 from tntrun.config.schema import register
 from tntrun.config.user_code import add_user_path
@@ -25,13 +29,15 @@ from tntrun.console import ensure_console
 from tntrun.contract.exit_codes import EXIT_CONFIG_ERROR
 from tntrun.contract.run_status import RunStatus
 from tntrun.driver import run
-from tntrun.errors import PlanError, print_problems
+from tntrun.errors import print_problems
 from tntrun.experiment import Experiment, RunResult
 from tntrun.tracking import sweep
 from tntrun.tracking.sweep import sweep_parent
 
 register()
 _failed_jobs: list[int] = []
+_task_started: list[bool] = []  # Hydra called the task: its config was composed
+FULL_ERROR = "HYDRA_FULL_ERROR"
 
 
 def experiment_of(cfg: DictConfig) -> Experiment:
@@ -49,6 +55,7 @@ def experiment_of(cfg: DictConfig) -> Experiment:
 
 @hydra.main(version_base="1.3", config_path="pkg://tntrun.conf", config_name=CONFIG_NAME)
 def _hydra_entry(cfg: DictConfig) -> float:
+    _task_started.append(True)
     exp = experiment_of(cfg)
     result: RunResult = run(exp)
     single = HydraConfig.get().mode == RunMode.RUN
@@ -81,19 +88,34 @@ def _subcommand(argv: list[str]) -> int | None:
     return None
 
 
-def command_line_problems(argv: list[str]) -> list[str]:
-    """What Hydra would refuse in ``argv``, one line each, before Hydra's entry creates a
-    run directory: a run's config is composed once here (a sweep's choices are checked)."""
-    overrides, config_dirs = split_argv(argv)
-    flags = [arg for arg in argv if arg.startswith("-") and arg not in config_dirs]
-    plain = all(flag.split("=")[0] in ("-cd", "--config-dir") for flag in flags)
-    if not plain or len(config_dirs) > 1:  # -m, --cfg, --help...: Hydra's own handling
-        return choice_problems(overrides, config_dirs)
+@contextmanager
+def composition_errors_raised() -> Iterator[None]:
+    """Within: Hydra raises what composing the config raised instead of printing it
+    (``HYDRA_FULL_ERROR``, Hydra's own switch), so :func:`main` can say it in one line."""
+    before = os.environ.get(FULL_ERROR)
+    os.environ[FULL_ERROR] = "1"
     try:
-        compose_config(overrides, config_dirs[0] if config_dirs else None)
-    except PlanError as refused:
-        return refused.problems
-    return []
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(FULL_ERROR, None)
+        else:
+            os.environ[FULL_ERROR] = before
+
+
+def _hydra_run(overrides: list[str]) -> None:
+    """Hydra's entry; what composing the command line's config raised (a misspelled key, a
+    wrong type, an unparsable override) ends it in one line and exit 2, before Hydra
+    created any run directory. An error of a started run is Hydra's, as always."""
+    _task_started.clear()
+    try:
+        with composition_errors_raised():
+            _hydra_entry()
+    except Exception as err:
+        if _task_started or os.environ.get(FULL_ERROR):  # not the config's: the traceback
+            raise
+        print_problems([one_line(err, overrides)])
+        sys.exit(EXIT_CONFIG_ERROR)
 
 
 def main() -> None:
@@ -105,11 +127,12 @@ def main() -> None:
     if code is not None:
         sys.exit(code)
     add_user_path()  # as `python -m` would: user modules from the working directory
-    problems = command_line_problems(sys.argv[1:])
+    overrides, config_dirs = split_argv(sys.argv[1:])
+    problems = choice_problems(overrides, config_dirs)
     if problems:
         print_problems(problems)
         sys.exit(EXIT_CONFIG_ERROR)
-    _hydra_entry()
+    _hydra_run(overrides)
     if _failed_jobs:
         print(f"tntrun: {len(_failed_jobs)} sweep job(s) failed", file=sys.stderr)
         sys.exit(max(_failed_jobs))
