@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -106,14 +107,17 @@ def composition_errors_raised() -> Iterator[None]:
 def _hydra_run(overrides: list[str]) -> None:
     """Hydra's entry; what composing the command line's config raised (a misspelled key, a
     wrong type, an unparsable override) ends it in one line and exit 2, before Hydra
-    created any run directory. An error of a started run is Hydra's, as always."""
+    created any run directory; an error of a started run prints its traceback, exit 1."""
     _task_started.clear()
     try:
         with composition_errors_raised():
             _hydra_entry()
     except Exception as err:
-        if _task_started or os.environ.get(FULL_ERROR):  # not the config's: the traceback
+        if os.environ.get(FULL_ERROR):  # the user's own switch: Hydra's behaviour
             raise
+        if _task_started:  # the run's own error, not the config's: its traceback, exit 1
+            traceback.print_exc()
+            sys.exit(1)
         print_problems([one_line(err, overrides)])
         sys.exit(EXIT_CONFIG_ERROR)
 
