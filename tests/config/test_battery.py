@@ -18,6 +18,7 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 
+from tests.helpers.commands import tntrun_cli
 from tntrun import cli
 
 PREFIX = "tntrun: config error: "
@@ -422,3 +423,21 @@ def test_a_refusal_keeps_a_run_directory_that_was_there(workdir, capfd, monkeypa
     code, lines = refused(("seed=-1", f"hydra.run.dir={kept}"), workdir, capfd, monkeypatch)
     assert code == 2 and lines == [f"{PREFIX}seed=-1: use a seed in [0, 4294967296)"]
     assert (kept / "config.yaml").read_text() == "seed: 1\n"
+
+
+AS_A_USER = ("train.epoch=3", f"{CB}=keras.callbacks.EarlyStopping +callbacks.cb.patiense=3")
+
+
+@pytest.mark.slow
+def test_the_installed_command_says_what_the_in_process_entry_says(workdir, capfd, monkeypatch):
+    """The battery's in-process result is the real one: the same rows through the installed
+    ``tntrun`` (a Hydra error and a driver refusal) give the same code, line and nothing
+    left behind."""
+    rows = [row for row in BATTERY if " ".join(row.args) in AS_A_USER]
+    assert len(rows) == len(AS_A_USER)
+    for row in rows:
+        code, lines = refused(row.args, workdir, capfd, monkeypatch)
+        real = tntrun_cli(workdir, *row.args, timeout=120)
+        said = [line for line in (real.stdout + real.stderr).splitlines() if line.strip()]
+        assert (real.returncode, said) == (code, lines) == (2, lines), said
+        assert tracked_runs(workdir / "outputs") == 0 and left_behind(workdir / "outputs") == []
