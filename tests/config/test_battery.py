@@ -154,6 +154,8 @@ BATTERY = [
     case("tracking.system_metrics_interval_s=0", "tracking.system_metrics_interval_s=0.0"),
     case("tracking.uri=sqlite:///blocked/mlflow.db", "tracking.uri (else $MLFLOW_TRACKING_URI"),
     # Resume.
+    # A checkpoint's truncated meta.json: whatever the line says, it is one config error.
+    case("resume=truncated_run", ""),
     case("resume=/no/such/run", "resume=/no/such/run: neither a run directory nor a run id"),
     case("resume=0123456789abcdef", "resume=0123456789abcdef: neither a run directory nor"),
     case("resume_allow_layout_change=perhaps", "resume_allow_layout_change takes true or false"),
@@ -365,6 +367,11 @@ def workdir(in_tmp: Path) -> Path:
     for name, text in USER_FILES.items():
         (in_tmp / name).write_text(textwrap.dedent(text).lstrip())
     (in_tmp / "blocked").write_text("a file, not a folder")
+    checkpoint = in_tmp / "truncated_run" / "checkpoints" / "epoch-0001"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "meta.json").write_text('{"epoch": 1, "st')
+    (in_tmp / "truncated_run" / "run_id").write_text("0123456789abcdef\n")
+    (in_tmp / "truncated_run" / "config.yaml").write_text("seed: 1\n")
     npz(in_tmp / "nan_labels.npz", [[0.0], [1.0], [2.0]], [0.0, 1.0, np.nan])
     npz(in_tmp / "negative_labels.npz", [[0.0], [1.0], [2.0]], [0, -1, 1])
     npz(in_tmp / "empty_train.npz", np.zeros((0, 2)), np.zeros(0, np.int64))
