@@ -282,12 +282,12 @@ BATTERY = [
 ]
 
 
-@pytest.mark.parametrize("row", BATTERY, ids=[" ".join(c.args)[:60] for c in BATTERY])
 @pytest.fixture
 def workdir(in_tmp: Path) -> Path:
     return write_user_files(in_tmp)
 
 
+@pytest.mark.parametrize("row", BATTERY, ids=[" ".join(c.args)[:60] for c in BATTERY])
 def test_a_malformed_command_line_is_refused_in_one_line(row, workdir, capfd, monkeypatch):
     for name, value in row.env:
         monkeypatch.setenv(name, value.format(cwd=workdir))
