@@ -114,6 +114,9 @@ BATTERY = [
     case("checkpoint.every_epochs=-1", "checkpoint.every_epochs=-1: use 0 (never) or more"),
     case("seed=-1", "seed=-1: use a seed in [0, 4294967296)"),
     case("threads_per_rank=0", "threads_per_rank=0: use 1 or more"),
+    case("train.profile_batches=abc", "train.profile_batches=abc: give a batch or a range"),
+    case("+train.class_weight.0=-1.0", "train.class_weight.0=-1.0: give a finite weight >= 0"),
+    case("train.class_weight={0:2.0}", "train.class_weight is empty here: add keys with +train"),
     # Layout, hosts and launchers.
     case("nodes=0", "nodes=0: nodes x ranks per node must be at least 1"),
     case("ranks_per_node=0", "ranks_per_node=0: nodes x ranks per node must be at least 1"),
@@ -149,6 +152,7 @@ BATTERY = [
     case("tracking.log_every_steps=-1", "tracking.log_every_steps=-1: use 0 (per epoch only)"),
     case("tracking.system_metrics_interval_s=0", "tracking.system_metrics_interval_s=0.0"),
     case("tracking.uri=sqlite:///blocked/mlflow.db", "tracking.uri (else $MLFLOW_TRACKING_URI"),
+    case("tracking.uri=ftp://x", "= ftp://x: MLflow has no store for ftp://"),
     # Resume.
     # A checkpoint's truncated meta.json: whatever the line says, it is one config error.
     case("resume=truncated_run", ""),
@@ -215,6 +219,7 @@ BATTERY = [
         "build_cnn() takes no hidden_units (kept from model=mlp)",
     ),
     case("model=custom model._target_=legacy_models.build", "imports the legacy tf_keras package"),
+    case("+model.width=3", "build_mlp() takes no width (kept from model=mlp)"),
     # Datasets.
     case("dataset=npz", "dataset.path is not set: give dataset.path=<path>"),
     case(
@@ -246,6 +251,8 @@ BATTERY = [
         "dataset=custom dataset._target_=mydata.Other +dataset.distribute=false",
         "dataset.distribute=false needs a dataset with load_for_rank()",
     ),
+    case("dataset.validation_fraction=1.5", "dataset.validation_fraction=1.5: choose a value"),
+    case("+dataset.nosuch=1", "DigitsDataset() takes no nosuch (kept from dataset=digits)"),
     # What the model is compiled with.
     case("loss=mse_", "loss=mse_: Keras has no loss of that name; did you mean mse, msle?"),
     case("metrics=[auc,acuracy]", "metrics=acuracy: Keras has no metric of that name"),

@@ -31,7 +31,12 @@ def one_line(err: BaseException, overrides: Sequence[str]) -> str:
     if isinstance(err, OverrideParseException):
         return _unparsable(overrides, err)
     if isinstance(cause, ConfigAttributeError | ConfigKeyError) and cause.full_key:
-        return _unknown_key(cause, _given(overrides, cause.full_key))
+        given = _given(overrides, cause.full_key)
+        append = str(err).partition("To append to your config use ")[2].strip()
+        if append and not _fields(cause.object_type):  # a mapping's new key: Hydra's +
+            section = str(cause.full_key).rpartition(".")[0]
+            return f"{append.lstrip('+')}: {section} is empty here: add keys with {append}"
+        return _unknown_key(cause, given)
     if isinstance(cause, ValidationError) and cause.full_key:
         return _wrong_value(cause, _given(overrides, cause.full_key))
     text = str(err)

@@ -65,6 +65,11 @@ RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("train.preempt_signals", _signal_names, "name signals, e.g. [SIGTERM,SIGUSR1], or []"),
     ("train.preempt_grace_s", lambda v: v > 0, "give the ranks a positive time to checkpoint"),
     ("tracking.log_every_steps", _at_least(0), "use 0 (per epoch only) or more"),
+    (
+        "train.profile_batches",
+        lambda v: bool(re.fullmatch(r"\d+(\s*,\s*\d+)?", str(v))),
+        "give a batch or a range of batches, e.g. '10,20' (or null for no profile)",
+    ),
     ("train.progress_interval_s", _at_least(0), "use 0 (no progress lines) or a positive interval"),
     ("tracking.system_metrics_interval_s", lambda v: v > 0, "give a positive interval"),
     (
