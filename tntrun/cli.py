@@ -18,11 +18,12 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from tntrun.config.checks import choice_problems, split_argv, user_choices
 from tntrun.config.compose import CONFIG_NAME
-from tntrun.config.composition_errors import one_line
+from tntrun.config.composition_errors import one_line, unresolved
 from tntrun.config.run_dir_guard import remove_created
 from tntrun.config.schema import register
 from tntrun.config.user_code import add_user_path
@@ -31,7 +32,7 @@ from tntrun.contract.exit_codes import EXIT_CONFIG_ERROR
 from tntrun.contract.run_status import RunStatus
 from tntrun.driver import run
 from tntrun.errors import print_problems
-from tntrun.experiment import Experiment, RunResult
+from tntrun.experiment import Experiment, RunResult, config_error
 from tntrun.tracking import sweep
 from tntrun.tracking.sweep import sweep_parent
 
@@ -57,11 +58,15 @@ def experiment_of(cfg: DictConfig) -> Experiment:
 @hydra.main(version_base="1.3", config_path="pkg://tntrun.conf", config_name=CONFIG_NAME)
 def _hydra_entry(cfg: DictConfig) -> float:
     _task_started.append(True)
-    exp = experiment_of(cfg)
-    result: RunResult = run(exp)
+    run_dir = Path(HydraConfig.get().runtime.output_dir).resolve()
+    try:
+        result: RunResult = run(experiment_of(cfg))
+    except OmegaConfBaseException as err:  # an interpolation (${...}) that does not resolve
+        given = OmegaConf.to_container(HydraConfig.get().overrides.task, resolve=False)
+        result = config_error([unresolved(err, given)], run_dir)
     single = HydraConfig.get().mode == RunMode.RUN
-    if single and result.status == RunStatus.INVALID and exp.run_dir:
-        remove_created(exp.run_dir)  # refused: nothing of this command stays behind
+    if single and result.status == RunStatus.INVALID:
+        remove_created(run_dir)  # refused: nothing of this command stays behind
     print_problems(result.problems)
     if result.exit_code and single:
         sys.exit(result.exit_code)

@@ -70,6 +70,9 @@ BATTERY = [
     case("hosts=[a,b", "hosts=[a,b: not an override Hydra can read"),
     case("hosts=a,b", "hosts=a,b: a value with a comma is a sweep: write hosts=[a,b] for a list"),
     case("seed=1,2", "seed=1,2: a value with a comma is a sweep"),
+    case("seed=${nosuch}", "seed=${nosuch}: Interpolation key 'nosuch' not found: give a value"),
+    case("train.epochs=${train.nope}", "Interpolation key 'train.nope' not found"),
+    case("tracking.experiment_name=${now:}", "tracking.experiment_name=${now:}: TypeError"),
     # Group choices.
     case("model=resnet9000", "model=resnet9000: no such model; did you mean resnet50"),
     case("dataset=imagenet_typo", "dataset=imagenet_typo: no such dataset; did you mean imagenet?"),

@@ -57,6 +57,20 @@ def one_line(err: BaseException, overrides: Sequence[str]) -> str:
     return f"the command line: {said} (each override is key=value: tntrun --help)"
 
 
+def unresolved(err: Exception, overrides: Sequence[str]) -> str:
+    """The line for a value the config cannot resolve (``seed=${nosuch}``), naming the
+    override that holds the interpolation when there is one."""
+    said = (str(err).strip().splitlines() or [type(err).__name__])[0].strip()
+    key = str(getattr(err, "full_key", "") or "")
+    holding = [o for o in overrides if "${" in o]
+    named = next((o for o in holding if o.lstrip("+").partition("=")[0] == key), None)
+    where = named or (holding[0] if holding else key or "the config")
+    return (
+        f"{where}: {said}: give a value, or interpolate a key that exists "
+        "(e.g. train.epochs=${seed})"
+    )
+
+
 def _given(overrides: Sequence[str], key: str) -> str:
     """The override that set ``key``, as typed (else ``key=?``)."""
     for override in reversed(overrides):
