@@ -194,7 +194,7 @@ def _inspect(module: str, name: str, depth: int = 0) -> Found:
     if node is None:
         if name in bound:
             return _inspect(*bound[name], depth + 1)
-        return Found("missing")
+        return Found() if _maybe_bound(tree, name) else Found("missing")
     if not isinstance(node, ast.ClassDef):
         return Found("function", False)
     bases = [_base(b, bound, module, tree) for b in node.bases]
@@ -209,6 +209,25 @@ def _inspect(module: str, name: str, depth: int = 0) -> Found:
         return Found("class", callback, parameters_from_args(init.args, skip_self=True))
     inherited = next((f.params for f in found if f.kind == "class"), None)
     return Found("class", callback, inherited if callback else None)
+
+
+def _maybe_bound(tree: ast.Module, name: str) -> bool:
+    """Whether the module may bind ``name`` other than by a plain top-level statement: an
+    assignment, a relative or star import, a definition or import inside ``if``/``try``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            continue  # walks into them too, which only makes the answer more cautious
+        if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
+            return True
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            names = [a.asname or a.name.split(".")[0] for a in node.names]
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names = [node.id]
+        else:
+            names = [node.name] if isinstance(node, DEFINITIONS) else []
+        if name in names:
+            return True
+    return False
 
 
 def _standard_library(module: str, name: str) -> Found:
