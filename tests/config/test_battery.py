@@ -341,3 +341,21 @@ def test_the_installed_command_says_what_the_in_process_entry_says(workdir, capf
         said = [line for line in (real.stdout + real.stderr).splitlines() if line.strip()]
         assert (real.returncode, said) == (code, lines) == (2, lines), said
         assert tracked_runs(workdir / "outputs") == 0 and left_behind(workdir / "outputs") == []
+
+
+ACCEPTED = [
+    f"{CB}=keras.callbacks.ReduceLROnPlateau +callbacks.cb.patience=2 +callbacks.cb.factor=0.5",
+    f"{CB}=tntrun.engine.faults.InjectFault +callbacks.cb.ranks=all_ranks +callbacks.cb.rank=1 "
+    "+callbacks.cb.at_step=30 +callbacks.cb.kind=kill",
+    f"{CB}=mycallbacks.SubCounter +callbacks.cb.every=2",
+    f"{CB}=mycallbacks.Patient +callbacks.cb.patience=2",
+    "model=custom model._target_=mymodels.deep +model.depth=2",
+]
+
+
+@pytest.mark.parametrize("args", ACCEPTED)
+def test_what_the_checks_accept_plans(args, workdir, capfd, monkeypatch):
+    """The control: the same checks let good input through (a dry run plans it, exit 0)."""
+    code, lines = refused((*args.split(" "), "dry_run=true"), workdir, capfd, monkeypatch)
+    assert code == 0 and not any(line.startswith(PREFIX) for line in lines), lines
+    assert "dry run: nothing was launched and no run was tracked" in lines
