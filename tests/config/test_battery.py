@@ -325,6 +325,13 @@ def test_a_refusal_keeps_a_run_directory_that_was_there(workdir, capfd, monkeypa
     assert (kept / "config.yaml").read_text() == "seed: 1\n"
 
 
+def test_a_refusal_removes_the_folders_its_run_directory_made(workdir, capfd, monkeypatch):
+    """hydra.run.dir=new/nested/run: all three folders were this command's; none stays."""
+    code, lines = refused(("seed=-1", "hydra.run.dir=new/nested/run"), workdir, capfd, monkeypatch)
+    assert code == 2 and len(lines) == 1, lines
+    assert not (workdir / "new").exists()
+
+
 AS_A_USER = ("train.epoch=3", f"{CB}=keras.callbacks.EarlyStopping +callbacks.cb.patiense=3")
 
 
