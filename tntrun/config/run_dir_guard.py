@@ -17,6 +17,7 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 # The directories this process's run would create, outermost first (one run at a time).
 _created: list[Path] = []
@@ -37,7 +38,11 @@ class RunDirGuard(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         # Hydra's ${now:} resolver caches its value on the node: the job sees this path.
-        run_dir = OmegaConf.select(config, "hydra.run.dir")
+        _created.clear()
+        try:
+            run_dir = OmegaConf.select(config, "hydra.run.dir")
+        except OmegaConfBaseException:
+            return  # Hydra reports it when it makes the directory; nothing to remove
         _created[:] = missing_parts(Path(str(run_dir)).resolve())
 
 
