@@ -17,6 +17,7 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -40,6 +41,9 @@ register()
 _failed_jobs: list[int] = []
 _task_started: list[bool] = []  # Hydra called the task: its config was composed
 FULL_ERROR = "HYDRA_FULL_ERROR"
+# What composing a command line's config raises (Hydra's override grammar and config
+# errors, OmegaConf's key and type errors, a malformed override's ValueError).
+COMPOSITION_ERRORS = (HydraException, OmegaConfBaseException, ValueError)
 
 
 def experiment_of(cfg: DictConfig) -> Experiment:
@@ -112,7 +116,7 @@ def composition_errors_raised() -> Iterator[None]:
 def _hydra_run(overrides: list[str]) -> None:
     """Hydra's entry; what composing the command line's config raised (a misspelled key, a
     wrong type, an unparsable override) ends it in one line and exit 2, before Hydra
-    created any run directory; an error of a started run prints its traceback, exit 1."""
+    created any run directory; any other error prints its traceback, exit 1."""
     _task_started.clear()
     try:
         with composition_errors_raised():
@@ -120,7 +124,7 @@ def _hydra_run(overrides: list[str]) -> None:
     except Exception as err:
         if os.environ.get(FULL_ERROR):  # the user's own switch: Hydra's behaviour
             raise
-        if _task_started:  # the run's own error, not the config's: its traceback, exit 1
+        if _task_started or not isinstance(err, COMPOSITION_ERRORS):  # not the config's
             traceback.print_exc()
             sys.exit(1)
         print_problems([one_line(err, overrides)])
