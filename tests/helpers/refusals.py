@@ -4,9 +4,13 @@ captured, the runs tracked and the run directories left."""
 
 from __future__ import annotations
 
+import io
+import logging
 import sqlite3
 import sys
 import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -106,13 +110,39 @@ def write_user_files(in_tmp: Path) -> Path:
     return in_tmp
 
 
+@contextmanager
+def foreign_streams_shielded() -> Iterator[None]:
+    """Hydra's job logging (``logging.config.dictConfig``) closes every handler alive in the
+    process, and absl's (imported with TensorFlow by other test modules) closes its stream
+    unless it is the current ``sys.stderr``: that stream is the capture pytest gave when the
+    handler was made, and closing it would end this session's output. While the CLI runs,
+    such handlers get a throwaway stream."""
+    handlers = [ref() for ref in logging._handlerList]  # noqa: SLF001  # every live handler
+    current = (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)
+    foreign = [
+        (h, h.stream)
+        for h in handlers
+        if isinstance(h, logging.StreamHandler)
+        and not isinstance(h, logging.FileHandler)
+        and h.stream not in current
+    ]
+    for handler, _ in foreign:
+        handler.stream = io.StringIO()
+    try:
+        yield
+    finally:
+        for handler, stream in foreign:
+            handler.stream = stream
+
+
 def refused(args: tuple[str, ...], workdir: Path, capfd, monkeypatch) -> tuple[int, list[str]]:
     """(exit code, output lines) of ``tntrun <args>`` through the real entry, in-process."""
     argv = ["tntrun", *args, f"output_root={workdir / 'outputs'}"]
     monkeypatch.setattr(sys, "argv", argv)
     capfd.readouterr()
     try:
-        cli.main()
+        with foreign_streams_shielded():
+            cli.main()
         code = 0
     except SystemExit as ended:
         code = ended.code
