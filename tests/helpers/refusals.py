@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+from hydra.core.global_hydra import GlobalHydra
 
 from tntrun import cli
 
@@ -135,13 +136,38 @@ def foreign_streams_shielded() -> Iterator[None]:
             handler.stream = stream
 
 
+@contextmanager
+def logging_kept() -> Iterator[None]:
+    """Every logger's handlers, level and flags as they were, and Hydra's global state
+    cleared, after the CLI ran in this process: Hydra's job logging replaces the root
+    logger's handlers with tntrun's console and ``cli.log``, which must not outlive the
+    test (their streams are its captures)."""
+    loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+    kept = [
+        (lg, lg.handlers[:], lg.level, lg.propagate, lg.disabled)
+        for lg in loggers
+        if isinstance(lg, logging.Logger)
+    ]
+    try:
+        yield
+    finally:
+        for logger, handlers, level, propagate, disabled in kept:
+            for handler in logger.handlers:
+                if handler not in handlers:
+                    handler.close()
+            logger.handlers[:] = handlers
+            logger.setLevel(level)
+            logger.propagate, logger.disabled = propagate, disabled
+        GlobalHydra.instance().clear()
+
+
 def refused(args: tuple[str, ...], workdir: Path, capfd, monkeypatch) -> tuple[int, list[str]]:
     """(exit code, output lines) of ``tntrun <args>`` through the real entry, in-process."""
     argv = ["tntrun", *args, f"output_root={workdir / 'outputs'}"]
     monkeypatch.setattr(sys, "argv", argv)
     capfd.readouterr()
     try:
-        with foreign_streams_shielded():
+        with logging_kept(), foreign_streams_shielded():
             cli.main()
         code = 0
     except SystemExit as ended:
