@@ -179,18 +179,16 @@ BATTERY = [
         f"{CB}=keras.layers.Dense",
         "keras.layers.Dense is no class of keras.callbacks, not a Keras callback",
     ),
-    case(f"{CB}=mycallbacks.Plain", "Plain derives from no Keras callback, not a Keras callback"),
-    case(f"{CB}=mycallbacks.every_epoch", "every_epoch is a function, not a Keras callback"),
+    case(f"{CB}=my_callbacks_b.Plain", "Plain derives from no Keras callback"),
+    case(f"{CB}=my_callbacks_b.every_epoch", "every_epoch is a function, not a Keras callback"),
+    case(f"{CB}=my_callbacks_b.Nope", "my_callbacks_b has no Nope"),
     case(
-        f"{CB}=mycallbacks.Nope", "callbacks.cb._target_=mycallbacks.Nope: mycallbacks has no Nope"
-    ),
-    case(
-        f"{CB}=mycallbacks.Counter +callbacks.cb.evry=2",
+        f"{CB}=my_callbacks_b.Counter +callbacks.cb.evry=2",
         "Counter() takes no evry; did you mean callbacks.cb.every?",
     ),
-    case(f"{CB}=mycallbacks.SubCounter +callbacks.cb.evry=2", "SubCounter() takes no evry"),
-    case(f"{CB}=mycallbacks.Patient +callbacks.cb.patiense=2", "Patient() takes no patiense"),
-    case(f"{CB}=mycallbacks.Needs", "Needs() needs path: add +callbacks.cb.path=..."),
+    case(f"{CB}=my_callbacks_b.SubCounter +callbacks.cb.evry=2", "SubCounter() takes no evry"),
+    case(f"{CB}=my_callbacks_b.Patient +callbacks.cb.patiense=2", "Patient() takes no patiense"),
+    case(f"{CB}=my_callbacks_b.Needs", "Needs() needs path: add +callbacks.cb.path=..."),
     case(
         f"{CB}=keras.callbacks.CSVLogger",
         "CSVLogger() needs filename: add +callbacks.cb.filename=...",
@@ -206,22 +204,22 @@ BATTERY = [
     # Models.
     case("model._target_=tntrun.models.nope.build", "module tntrun.models.nope not found"),
     case("model=custom", "model._target_ is not set: give model._target_=mymodels.build"),
-    case("model=custom model._target_=mymodels.returns_none", "returns None, never a model"),
-    case("model=custom model._target_=mymodels.returns_text", "returns 'a model', never a model"),
-    case("model=custom model._target_=mymodels.deep", "deep() needs depth, which the config"),
+    case("model=custom model._target_=my_models_b.returns_none", "returns None, never a model"),
+    case("model=custom model._target_=my_models_b.returns_text", "returns 'a model', never"),
+    case("model=custom model._target_=my_models_b.deep", "deep() needs depth, which the config"),
     case(
-        "model=custom model._target_=mymodels.deep +model.depth=2 +model.width=3",
+        "model=custom model._target_=my_models_b.deep +model.depth=2 +model.width=3",
         "deep() takes no width",
     ),
     case(
-        "model=custom model._target_=mymodels.no_sizes",
+        "model=custom model._target_=my_models_b.no_sizes",
         "no_sizes() must take input_shape, num_classes",
     ),
     case(
         "model._target_=tntrun.models.cnn.build_cnn",
         "build_cnn() takes no hidden_units (kept from model=mlp)",
     ),
-    case("model=custom model._target_=legacy_models.build", "imports the legacy tf_keras package"),
+    case("model=custom model._target_=legacy_models_b.build", "imports the legacy tf_keras"),
     case("+model.width=3", "build_mlp() takes no width (kept from model=mlp)"),
     # Datasets.
     case("dataset=npz", "dataset.path is not set: give dataset.path=<path>"),
@@ -247,11 +245,11 @@ BATTERY = [
         "x_train has NaN or infinite values in 1 sample(s)",
     ),
     case(
-        "dataset=custom dataset._target_=mydata.Nope",
-        "dataset._target_=mydata.Nope: mydata has no Nope",
+        "dataset=custom dataset._target_=my_data_b.Nope",
+        "dataset._target_=my_data_b.Nope: my_data_b has no Nope",
     ),
     case(
-        "dataset=custom dataset._target_=mydata.Other +dataset.distribute=false",
+        "dataset=custom dataset._target_=my_data_b.Other +dataset.distribute=false",
         "dataset.distribute=false needs a dataset with load_for_rank()",
     ),
     case("dataset.validation_fraction=1.5", "dataset.validation_fraction=1.5: choose a value"),
@@ -354,9 +352,9 @@ ACCEPTED = [
     f"{CB}=keras.callbacks.ReduceLROnPlateau +callbacks.cb.patience=2 +callbacks.cb.factor=0.5",
     f"{CB}=tntrun.engine.faults.InjectFault +callbacks.cb.ranks=all_ranks +callbacks.cb.rank=1 "
     "+callbacks.cb.at_step=30 +callbacks.cb.kind=kill",
-    f"{CB}=mycallbacks.SubCounter +callbacks.cb.every=2",
-    f"{CB}=mycallbacks.Patient +callbacks.cb.patience=2",
-    "model=custom model._target_=mymodels.deep +model.depth=2",
+    f"{CB}=my_callbacks_b.SubCounter +callbacks.cb.every=2",
+    f"{CB}=my_callbacks_b.Patient +callbacks.cb.patience=2",
+    "model=custom model._target_=my_models_b.deep +model.depth=2",
 ]
 
 

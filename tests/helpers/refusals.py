@@ -19,7 +19,7 @@ from hydra.core.global_hydra import GlobalHydra
 from tntrun import cli
 
 USER_FILES = {
-    "mycallbacks.py": """
+    "my_callbacks_b.py": """
         import keras
         from keras.callbacks import EarlyStopping
 
@@ -50,7 +50,7 @@ USER_FILES = {
         def every_epoch(epoch, logs):
             return None
     """,
-    "mymodels.py": """
+    "my_models_b.py": """
         import keras
 
 
@@ -69,14 +69,14 @@ USER_FILES = {
         def no_sizes(width=3):
             return None
     """,
-    "legacy_models.py": """
+    "legacy_models_b.py": """
         import tf_keras
 
 
         def build(input_shape, num_classes):
             return tf_keras.Sequential()
     """,
-    "mydata.py": """
+    "my_data_b.py": """
         class Other:
             pass
     """,
@@ -173,6 +173,9 @@ def refused(args: tuple[str, ...], workdir: Path, capfd, monkeypatch) -> tuple[i
     except SystemExit as ended:
         code = ended.code
     out, err = capfd.readouterr()
+    for name, module in list(sys.modules.items()):  # the user modules this run imported
+        if Path(getattr(module, "__file__", None) or "/").is_relative_to(workdir):
+            del sys.modules[name]
     return code, [line for line in (out + err).splitlines() if line.strip()]
 
 
