@@ -122,6 +122,29 @@ def check_finite(x: np.ndarray, what: str) -> None:
         )
 
 
+def check_labels(y: np.ndarray, what: str) -> None:
+    """Labels are class ids 0, 1, ...: a NaN or negative one would fail or mislead the
+    loss on some rank after launch; refuse it naming the first bad sample."""
+    if y.dtype.kind not in "biuf":
+        raise ValueError(f"{what} has dtype {y.dtype}: labels must be integer class ids")
+    if not len(y):
+        return
+    rows = y.reshape(len(y), -1)
+    if y.dtype.kind == "f":
+        bad = np.flatnonzero(~np.isfinite(rows).all(axis=1))
+        if len(bad):
+            raise ValueError(
+                f"{what} has NaN or infinite labels in {len(bad)} sample(s), the first at "
+                f"index {bad[0]}: give every sample its class id (0, 1, ...) or drop it"
+            )
+    bad = np.flatnonzero((rows < 0).any(axis=1))
+    if len(bad):
+        raise ValueError(
+            f"{what} has negative labels in {len(bad)} sample(s), the first at index {bad[0]} "
+            f"({rows[bad[0]].min():g}): class ids run from 0 to the class count - 1: relabel"
+        )
+
+
 class NpzDataset:
     """Classification data saved with ``numpy.savez(path, x_train=..., y_train=..., ...)``.
 
@@ -145,6 +168,14 @@ class NpzDataset:
             if key[0] == "x":
                 for suffix, x in _values(arrays[key]):
                     check_finite(x, what + suffix)
+            else:
+                for suffix, y in _values(arrays[key]):
+                    check_labels(y, what + suffix)
+        if not samples(arrays["x_train"], f"dataset.path={self.path}"):
+            raise ValueError(
+                f"dataset.path={self.path}: x_train has no samples: an epoch needs at least "
+                "one training sample (save the training split as x_train, y_train)"
+            )
         for split in ("train", "val"):
             n = {samples(arrays[f"{p}_{split}"], f"dataset.path={self.path}") for p in "xy"}
             if len(n) > 1:

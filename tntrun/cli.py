@@ -7,31 +7,45 @@ This process is the driver and never imports TensorFlow. ``tntrun report``,
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from tntrun.config.checks import choice_problems, split_argv, user_choices
 from tntrun.config.compose import CONFIG_NAME
+from tntrun.config.composition_errors import one_line, unresolved
+from tntrun.config.run_dir_guard import remove_created
 from tntrun.config.schema import register
 from tntrun.config.user_code import add_user_path
 from tntrun.console import ensure_console
 from tntrun.contract.exit_codes import EXIT_CONFIG_ERROR
 from tntrun.contract.run_lock import RunDirBusy, take_early
+from tntrun.contract.run_status import RunStatus
 from tntrun.driver import run
 from tntrun.errors import print_problems
-from tntrun.experiment import Experiment, RunResult
+from tntrun.experiment import Experiment, RunResult, config_error
 from tntrun.tracking import sweep
 from tntrun.tracking.sweep import sweep_parent
 
 register()
 _failed_jobs: list[int] = []
+_task_started: list[bool] = []  # Hydra called the task: its config was composed
+FULL_ERROR = "HYDRA_FULL_ERROR"
+# What composing a command line's config raises (Hydra's override grammar and config
+# errors, OmegaConf's key and type errors, a malformed override's ValueError).
+COMPOSITION_ERRORS = (HydraException, OmegaConfBaseException, ValueError)
 
 
 def experiment_of(cfg: DictConfig) -> Experiment:
@@ -49,9 +63,18 @@ def experiment_of(cfg: DictConfig) -> Experiment:
 
 @hydra.main(version_base="1.3", config_path="pkg://tntrun.conf", config_name=CONFIG_NAME)
 def _hydra_entry(cfg: DictConfig) -> float:
-    result: RunResult = run(experiment_of(cfg))
+    _task_started.append(True)
+    run_dir = Path(HydraConfig.get().runtime.output_dir).resolve()
+    try:
+        result: RunResult = run(experiment_of(cfg))
+    except OmegaConfBaseException as err:  # an interpolation (${...}) that does not resolve
+        given = OmegaConf.to_container(HydraConfig.get().overrides.task, resolve=False)
+        result = config_error([unresolved(err, given)], run_dir)
+    single = HydraConfig.get().mode == RunMode.RUN
+    if single and result.status == RunStatus.INVALID:
+        remove_created(run_dir)  # refused: nothing of this command stays behind
     print_problems(result.problems)
-    if result.exit_code and HydraConfig.get().mode == RunMode.RUN:
+    if result.exit_code and single:
         sys.exit(result.exit_code)
     if result.exit_code:
         _failed_jobs.append(result.exit_code)  # a sweep goes on with its other jobs
@@ -94,6 +117,39 @@ def _subcommand(argv: list[str]) -> int | None:
     return None
 
 
+@contextmanager
+def composition_errors_raised() -> Iterator[None]:
+    """Within: Hydra raises what composing the config raised instead of printing it
+    (``HYDRA_FULL_ERROR``, Hydra's own switch), so :func:`main` can say it in one line."""
+    before = os.environ.get(FULL_ERROR)
+    os.environ[FULL_ERROR] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(FULL_ERROR, None)
+        else:
+            os.environ[FULL_ERROR] = before
+
+
+def _hydra_run(overrides: list[str]) -> None:
+    """Hydra's entry; what composing the command line's config raised (a misspelled key, a
+    wrong type, an unparsable override) ends it in one line and exit 2, before Hydra
+    created any run directory; any other error prints its traceback, exit 1."""
+    _task_started.clear()
+    try:
+        with composition_errors_raised():
+            _hydra_entry()
+    except Exception as err:
+        if os.environ.get(FULL_ERROR):  # the user's own switch: Hydra's behaviour
+            raise
+        if _task_started or not isinstance(err, COMPOSITION_ERRORS):  # not the config's
+            traceback.print_exc()
+            sys.exit(1)
+        print_problems([one_line(err, overrides)])
+        sys.exit(EXIT_CONFIG_ERROR)
+
+
 def main() -> None:
     """Console-script entry point; a sweep exits non-zero if any of its jobs failed."""
     # A script's background job starts with SIGINT ignored (POSIX shells without job
@@ -108,7 +164,7 @@ def main() -> None:
     if problems:
         print_problems(problems)
         sys.exit(EXIT_CONFIG_ERROR)
-    _hydra_entry()
+    _hydra_run(overrides)
     if _failed_jobs:
         print(f"tntrun: {len(_failed_jobs)} sweep job(s) failed", file=sys.stderr)
         sys.exit(max(_failed_jobs))

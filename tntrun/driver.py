@@ -44,6 +44,7 @@ from tntrun.preparation import (
     typed_experiment,
 )
 from tntrun.tracking import Tracker, tracker_for
+from tntrun.tracking.mlflow_store import sqlite_path
 from tntrun.tracking.opening import RunOrigin
 from tntrun.tracking.recorder import Recorder
 
@@ -66,13 +67,13 @@ def run(exp: Experiment) -> RunResult:
     directory is locked (one run a directory) from before anything is written into it."""
     run_dir = exp.run_dir or Path(exp.config.output_root).resolve() / "runs" / "api"
     early = taken_early(run_dir)  # the CLI's, taken before Hydra wrote into the directory
-    facts = gather_facts()
     try:
+        facts = gather_facts()  # a cluster environment's allocation may be unusable
         planned = plan_run(exp, facts, run_dir)
-    except PlanError as err:  # e.g. a layout change not allowed: before any rank or record
+    except ValueError as err:  # PlanError; a cluster's LayoutError, a checkpoint's metadata
         if early is not None:
             early.release()
-        return config_error(err.problems, run_dir)
+        return config_error(problems_of(err), run_dir)
     try:
         lock = early or RunDirLock(run_dir).acquire()
     except RunDirBusy as busy:  # nothing of the running one touched
@@ -166,6 +167,13 @@ def write_inputs(planned: Planned, run_dir: Path) -> None:
     planned.plan.save(run_dir / run_files.PLAN)
 
 
+def problems_of(err: ValueError) -> list[str]:
+    """A planning error's lines: a PlanError's, else the error's message on one line."""
+    if isinstance(err, PlanError):
+        return err.problems
+    return [" ".join(str(err).split()) or type(err).__name__]
+
+
 def resume_reference(
     typed: TypedExperiment, tracker: Tracker, facts: Facts
 ) -> tuple[str | None, str]:
@@ -197,6 +205,9 @@ def resume_of(
     """The run ``reference`` names, with its config and checkpoint."""
 
     def recorded_run_dir(run_id: str) -> str | None:
+        store_file = sqlite_path(tracker.store)
+        if store_file is not None and not store_file.exists():
+            raise LookupError(run_id)  # no store yet, so no such run: and none is created
         found = tracker_for(settings.tracker_settings(), Path(settings.output_root))
         found.attach(run_id)
         return found.summary().tags.get("run_dir")

@@ -36,6 +36,19 @@ def test_a_discovery_that_fails_or_prints_garbage_is_one_line(command, says):
         available_hosts(command, (), per_node=1)
 
 
+@pytest.mark.parametrize(
+    ("printed", "says"),
+    [
+        ("", "printed no host: it must print the hosts the run may use now"),
+        ("a:1\\nb:1", "lists a:1, b:1: none has the 2 slots a node of ranks_per_node=2 needs"),
+    ],
+)
+def test_a_discovery_with_no_host_that_can_take_a_node_is_one_line(printed, says):
+    command = f"printf '{printed}'"
+    (line,) = discovery_problems(command, per_node=2)
+    assert line.startswith(f"elastic.discovery={command} {says}"), line
+
+
 def test_a_bad_discovery_stops_the_run_before_any_rank(run_tntrun, tmp_path):
     result = run_tntrun("elastic.min_nodes=1", "elastic.discovery=exit 7", "global_batch_size=48")
     assert result.returncode == 2, result.stdout[-2000:]

@@ -14,6 +14,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from tntrun.config.checks import choice_problems, user_choices
+from tntrun.config.composition_errors import one_line
 from tntrun.config.schema import register
 from tntrun.environments import Allocation, layout_from_hosts
 from tntrun.errors import PlanError
@@ -46,9 +47,8 @@ def compose_config(
             cfg = compose(
                 config_name=CONFIG_NAME, overrides=[*overrides, *search], return_hydra_config=True
             )
-    except Exception as err:  # Hydra's composition errors, which name the key: one line
-        lines = (line.strip() for line in str(err).splitlines())
-        raise PlanError(" ".join(line for line in lines if line)) from None
+    except Exception as err:  # Hydra's composition errors: one line naming the key and fix
+        raise PlanError(one_line(err, overrides)) from None
     finally:
         GlobalHydra.instance().clear()
     choices = user_choices(cfg.hydra.runtime.choices)

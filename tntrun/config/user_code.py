@@ -41,7 +41,7 @@ class Parameters:
     any_keyword: bool  # takes **kwargs
 
 
-def _from_args(args: ast.arguments, skip_self: bool) -> Parameters:
+def parameters_from_args(args: ast.arguments, skip_self: bool) -> Parameters:
     positional = [*args.posonlyargs, *args.args]
     if skip_self and positional:
         positional = positional[1:]
@@ -69,12 +69,12 @@ def _from_source(path: Path, attr: str) -> Parameters | None:
     """Parameters of top-level ``def attr`` or ``class attr`` (its ``__init__``), from source."""
     node = _top_level(path, attr)
     if isinstance(node, ast.FunctionDef):
-        return _from_args(node.args, skip_self=False)
+        return parameters_from_args(node.args, skip_self=False)
     if node is None or node.bases or node.decorator_list:
         return None  # not there, or an inherited or generated __init__: ask the class itself
     for item in node.body:
         if isinstance(item, ast.FunctionDef) and item.name == "__init__":
-            return _from_args(item.args, skip_self=True)
+            return parameters_from_args(item.args, skip_self=True)
     return Parameters(frozenset(), frozenset(), False)
 
 
@@ -103,6 +103,40 @@ def is_function_target(target: str) -> bool:
             return kind == "function"
     found = getattr(importlib.import_module(module), attr, None)
     return found is not None and not inspect.isclass(found)
+
+
+def _returns(function: ast.FunctionDef) -> list[ast.expr | None]:
+    """The values the function's own ``return`` statements give (not nested functions')."""
+    found: list[ast.expr | None] = []
+    todo: list[ast.AST] = list(function.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+            continue
+        if isinstance(node, ast.Return):
+            found.append(node.value)
+        todo.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def constant_return(target: str) -> str | None:
+    """What a builder function returns when its source says it returns no object on any
+    path (None, a string, a number): ``None`` when it may return a model or cannot tell."""
+    module, _, attr = target.rpartition(".")
+    try:
+        spec = importlib.util.find_spec(module) if module else None
+    except (ModuleNotFoundError, ValueError):
+        return None
+    if spec is None or not (spec.origin and spec.origin.endswith(".py")):
+        return None
+    node = _top_level(Path(spec.origin), attr)
+    if not isinstance(node, ast.FunctionDef):
+        return None
+    values = _returns(node)
+    if any(v is not None and not isinstance(v, ast.Constant) for v in values):
+        return None
+    given = {repr(v.value) if isinstance(v, ast.Constant) else "None" for v in values}
+    return " or ".join(sorted(given)) or "None"
 
 
 LEGACY_KERAS = "tf_keras"

@@ -19,6 +19,8 @@ from tntrun.config.settings import Settings
 from tntrun.datasets.base import DatasetInfo
 
 SEED_LIMIT = 2**32  # NumPy's seed range
+RESERVED_TAG_PREFIX = "mlflow."  # MLflow's system tags
+TAG_NAME = re.compile(r"[\w\-. /:]{1,250}")  # MLflow's rule for tag (and param) names
 
 
 def _positive_finite(value: Any) -> bool:
@@ -63,6 +65,11 @@ RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("train.preempt_signals", _signal_names, "name signals, e.g. [SIGTERM,SIGUSR1], or []"),
     ("train.preempt_grace_s", lambda v: v > 0, "give the ranks a positive time to checkpoint"),
     ("tracking.log_every_steps", _at_least(0), "use 0 (per epoch only) or more"),
+    (
+        "train.profile_batches",
+        lambda v: bool(re.fullmatch(r"\d+(\s*,\s*\d+)?", str(v))),
+        "give a batch or a range of batches, e.g. '10,20' (or null for no profile)",
+    ),
     ("train.progress_interval_s", _at_least(0), "use 0 (no progress lines) or a positive interval"),
     ("tracking.system_metrics_interval_s", lambda v: v > 0, "give a positive interval"),
     (
@@ -95,6 +102,25 @@ def unknown_tracking_keys(settings: Settings) -> list[str]:
     ]
 
 
+def tag_problems(tags: Mapping[str, str]) -> list[str]:
+    """``tracking.tags`` MLflow would refuse or that would overwrite its own (``mlflow.*``:
+    the run's user, source, parent), one line each."""
+    problems = []
+    for name in tags:
+        if str(name).startswith(RESERVED_TAG_PREFIX):
+            problems.append(
+                f"tracking.tags.{name}: {RESERVED_TAG_PREFIX}* tags are MLflow's own (it sets "
+                f"{name} itself): choose another name, e.g. +tracking.tags.{name.split('.')[-1]}"
+                "=..."
+            )
+        elif not TAG_NAME.fullmatch(str(name)):
+            problems.append(
+                f"tracking.tags.{name}: MLflow takes tag names of letters, digits, _ - . / : and "
+                "spaces: rename it"
+            )
+    return problems
+
+
 def combination_problems(settings: Settings) -> list[str]:
     """Values that are fine alone but not together."""
     train = settings.train
@@ -110,6 +136,7 @@ def value_problems(settings: Settings) -> list[str]:
     """One line per value out of its range, per unknown tracking key and per combination
     that cannot run."""
     problems = unknown_tracking_keys(settings) + combination_problems(settings)
+    problems += tag_problems(settings.tracking.tags)
     for key, accepts, fix in RULES:
         value = lookup(settings, key)
         if (key == "optimizer.base_lr" or value is not None) and not accepts(value):

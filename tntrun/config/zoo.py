@@ -15,8 +15,14 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
+from tntrun.config.callback_checks import check_callbacks
 from tntrun.config.compile_checks import check_compile_keys, check_optimizer_target
-from tntrun.config.user_code import check_target, find_target, is_function_target
+from tntrun.config.user_code import (
+    check_target,
+    constant_return,
+    find_target,
+    is_function_target,
+)
 from tntrun.datasets.base import DatasetInfo
 from tntrun.datasets.function import SIZE_KEYS, FunctionDataset
 from tntrun.errors import PlanError
@@ -76,6 +82,12 @@ def check_targets(cfg: DictConfig, choices: dict[str, str]) -> None:
             )
     model_keys = [k for k in cfg.model if k != "_target_"]
     check_target("model", cfg.model._target_, model_keys, SIZED_BY_DATASET, choices.get("model"))
+    returned = constant_return(cfg.model._target_)
+    if returned is not None:
+        raise PlanError(
+            f"model._target_={cfg.model._target_} returns {returned}, never a model: return "
+            "the keras.Model it builds (e.g. return keras.Sequential([...]))"
+        )
     target = cfg.dataset._target_
     keys, sized = _dataset_keys(cfg)
     check_target("dataset", target, keys, sized, choices.get("dataset"))
@@ -84,6 +96,7 @@ def check_targets(cfg: DictConfig, choices: dict[str, str]) -> None:
     )
     check_compile_keys(**compile_keys)
     check_optimizer_target(cfg.optimizer)
+    check_callbacks(OmegaConf.to_container(cfg.callbacks, resolve=True))
     manual = not distributes_automatically(cfg.dataset)
     if manual and (is_function_target(target) or not hasattr(get_class(target), "load_for_rank")):
         raise PlanError(

@@ -13,6 +13,7 @@ from typing import Any
 import keras
 from hydra.utils import instantiate
 
+from tntrun.config.callback_checks import RANK_SCOPES
 from tntrun.contract.checkpoints import CheckpointMeta
 from tntrun.contract.metrics import MetricsWriter
 from tntrun.contract.run_files import (
@@ -46,7 +47,6 @@ from tntrun.engine.stop_agreement import StopAgreement
 from tntrun.engine.weight_sync import WeightSyncGuard
 from tntrun.planning.plan import Plan
 
-RANK_SCOPES = ("all_ranks", "master_only")
 # Callbacks that write files or report (one writer is enough): without a ``ranks`` key they
 # run on the master rank only; every other callback runs on all ranks, so a callback that
 # changes training (EarlyStopping, ReduceLROnPlateau, a user's own) decides on each.

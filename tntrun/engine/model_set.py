@@ -43,6 +43,7 @@ def build_model_and_optimizer(plan: Plan, info: DatasetInfo) -> RankModel:
     precision.set_precision(plan.precision)  # before the model is built
     settings = plan.settings
     built = build_model(settings.model, info)
+    require_model(built, settings.model)
     # Read on the builder's model: the float32 cast a mixed policy adds ends in a linear layer.
     probabilities = outputs_probabilities(built, info.input_shape)
     spec = compile_arguments(settings, info.task, built, probabilities)
@@ -105,6 +106,23 @@ def keras3_with_float32_outputs(model: Any, section: Mapping[str, Any], info) ->
         return precision.float32_outputs(model, info.input_shape)
     except (dp.LegacyKeras, precision.OwnTrainStep) as refused:
         raise UserModelError(f"model._target_={section['_target_']}: {refused}") from None
+
+
+def require_model(model: Any, section: Mapping[str, Any]) -> None:
+    """What the builder returned is a Keras 3 model (not None, not a layer or a string):
+    one line on every rank, before the first step, instead of Keras' traceback."""
+    import keras
+
+    try:
+        dp.require_keras3(model, "model")
+    except dp.LegacyKeras as refused:
+        raise UserModelError(f"model._target_={section['_target_']}: {refused}") from None
+    if not isinstance(model, keras.Model):
+        got = "None" if model is None else f"a {type(model).__name__} ({str(model)[:40]!r})"
+        raise UserModelError(
+            f"model._target_={section['_target_']} returned {got}, not a keras.Model: return "
+            "the model it builds (e.g. return keras.Sequential([...]))"
+        )
 
 
 def restore_and_broadcast(model, optimizer, plan: Plan) -> None:

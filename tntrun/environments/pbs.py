@@ -39,11 +39,15 @@ class PbsEnvironment(ClusterEnvironment):
         path = Path(nodefile)
         if not path.is_file():
             raise LayoutError(
-                f"PBS_NODEFILE={path} does not exist: run inside a PBS job (qsub), or unset it"
+                f"PBS_NODEFILE={path} does not exist: run inside a PBS job (qsub), or unset "
+                "PBS_NODEFILE and PBS_JOBID to run outside PBS"
             )
         hosts = slots_per_host(path.read_text())
         if not hosts:
-            raise LayoutError(f"PBS_NODEFILE={path} lists no host: check the job's select")
+            raise LayoutError(
+                f"PBS_NODEFILE={path} lists no host: check the job's select (qsub -l "
+                "select=<nodes>:mpiprocs=<ranks>), or unset PBS_NODEFILE to run here"
+            )
         return Allocation(
             "the PBS allocation",
             tuple(hosts),
@@ -60,6 +64,11 @@ class PbsEnvironment(ClusterEnvironment):
         ``run_count`` attribute (``qstat -f``), counting this run; 0 without either."""
         given = self.environ.get("PBS_RUN_COUNT")
         if given:
+            if not given.strip().isdigit():
+                raise LayoutError(
+                    f"PBS_RUN_COUNT={given} is not a number of runs: unset it (the job's "
+                    "run_count is then read with qstat -f) or give an integer, e.g. 1"
+                )
             return max(0, int(given) - 1)
         job = self.job_id()
         if not job or shutil.which("qstat") is None:

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from tntrun.environments import Allocation, ClusterEnvironment, LayoutError
 
+HOST_NAME = re.compile(r"[A-Za-z0-9_.\-]+")  # what hosts= and a hostfile may name
+
 
 class StaticHosts(ClusterEnvironment):
     name = "static_hosts"
@@ -19,7 +21,14 @@ class StaticHosts(ClusterEnvironment):
 
     def allocation(self) -> Allocation | None:
         if self.requested.get("hosts"):
-            return Allocation("hosts", tuple((str(h), None) for h in self.requested["hosts"]))
+            hosts = [str(h) for h in self.requested["hosts"]]
+            bad = next((h for h in hosts if not HOST_NAME.fullmatch(h)), None)
+            if bad is not None:
+                raise LayoutError(
+                    f"hosts: {bad!r} is no host name (letters, digits, '-', '_' and '.'): "
+                    "give hosts=[node1,node2,...]"
+                )
+            return Allocation("hosts", tuple((h, None) for h in hosts))
         if not self.requested.get("hostfile"):
             return None
         path = Path(self.requested["hostfile"])
@@ -41,7 +50,7 @@ def parse_hostfile(text: str, source: str = "hostfile") -> list[tuple[str, int |
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
-        match = re.fullmatch(r"([A-Za-z0-9_.\-]+)(?::(\d+)|\s+slots\s*=\s*(\d+))?", line)
+        match = re.fullmatch(rf"({HOST_NAME.pattern})(?::(\d+)|\s+slots\s*=\s*(\d+))?", line)
         if match is None:
             raise LayoutError(
                 f"hostfile={source} line {number} ({raw.strip()!r}) is malformed: "

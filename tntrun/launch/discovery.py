@@ -52,14 +52,26 @@ def run_discovery(command: str) -> str:
 
 
 def discovery_problems(command: str | None, per_node: int) -> list[str]:
-    """Why ``elastic.discovery`` cannot be used (it fails, or prints what is not hosts),
-    asked once before launch."""
+    """Why ``elastic.discovery`` cannot be used (it fails, prints what is not hosts, no host,
+    or no host with the slots of a node), asked once before launch."""
     if command is None:
         return []
     try:
-        available_hosts(command, (), per_node)
+        listed = parse_hosts(run_discovery(command), command)
     except PlanError as err:
         return list(err.problems)
+    if not listed:
+        return [
+            f"elastic.discovery={command} printed no host: it must print the hosts the run may "
+            "use now, one host or host:slots a line"
+        ]
+    if not any(slots is None or slots >= per_node for _, slots in listed):
+        shown = ", ".join(f"{host}:{slots}" for host, slots in listed)
+        return [
+            f"elastic.discovery={command} lists {shown}: none has the {per_node} slots a node "
+            f"of ranks_per_node={per_node} needs: print host:{per_node} or more, or lower "
+            "ranks_per_node"
+        ]
     return []
 
 

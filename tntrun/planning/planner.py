@@ -32,6 +32,10 @@ from tntrun.planning.schedules import ScheduleParams
 WORKER_MODULE = "tntrun.engine.worker"
 
 
+# A plan's bound on its training steps: more is a typo (train.epochs=1000000000), not a run.
+MAX_TOTAL_STEPS = 10**7
+
+
 def batch_sizes(settings: Settings, world: int, sequence_length: int | None) -> tuple[int, int]:
     """(global, micro) batch from ``global_batch_size``, ``micro_batch_size``, ``batch_tokens``."""
     global_batch, micro = settings.global_batch_size, settings.micro_batch_size
@@ -180,6 +184,13 @@ def planned_steps(settings: Settings, data: DatasetInfo, layout: Layout) -> Step
         raise PlanError(
             f"global_batch_size={global_batch} exceeds the {samples} training samples: "
             "lower global_batch_size"
+        )
+    epochs = settings.train.epochs
+    if steps * epochs > MAX_TOTAL_STEPS:
+        raise PlanError(
+            f"train.epochs={epochs}: {steps} steps/epoch x {epochs} epochs = "
+            f"{steps * epochs:,} training steps, more than {MAX_TOTAL_STEPS:,}: lower "
+            f"train.epochs (at most {MAX_TOTAL_STEPS // steps:,} at this batch)"
         )
     if steps < passes:
         raise PlanError(

@@ -27,6 +27,9 @@ from tntrun.tracking.outage import is_remote
 WHERE = "tracking.uri (else $MLFLOW_TRACKING_URI, else output_root)"
 # MLflow's database stores (mlflow.store.db.db_types, sqlite aside) and their servers' ports.
 DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
+# Every scheme MLflow's tracking stores take (a plain path: a folder of files).
+KNOWN_SCHEMES = {"", "file", "sqlite", "http", "https", "databricks", "databricks-uc", "uc"}
+KNOWN_SCHEMES |= set(DEFAULT_PORTS)
 # The pip package of each SQLAlchemy driver MLflow can use (the driver's module otherwise).
 DRIVER_PACKAGES = {
     "psycopg": "'tntrun[postgres]'",
@@ -44,6 +47,11 @@ CONNECT_TIMEOUT_DRIVERS = {"psycopg", "psycopg2", "pymysql", "mysqldb"}
 def open_problems(uri: str, timeout_s: float = 3.0) -> list[str]:
     """Why MLflow could not open the store at ``uri`` (an empty list: nothing found)."""
     scheme = urlparse(uri).scheme.lower()
+    if len(scheme) > 1 and scheme.split("+")[0] not in KNOWN_SCHEMES:  # c: is a drive
+        return [
+            f"{WHERE} = {uri}: MLflow has no store for {scheme}://: use sqlite:///<file>, "
+            "http(s)://<server>, postgresql://..., mysql://... or a folder"
+        ]
     if scheme.split("+")[0] in DEFAULT_PORTS:
         return database_problems(uri, timeout_s)
     database = sqlite_path(uri)
