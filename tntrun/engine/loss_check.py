@@ -5,6 +5,7 @@ softmax always has loss 0) or failing in a traceback of every rank."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,10 @@ from tntrun.contract.run_files import LOSS_SETUP
 
 SPARSE = ("sparse_categorical_crossentropy", "SparseCategoricalCrossentropy")
 BINARY = ("binary_crossentropy", "bce", "BinaryCrossentropy", "BinaryFocalCrossentropy")
+# TensorFlow's words (CPU kernels) for a sparse label outside the outputs' classes.
+LABEL_OUT_OF_RANGE = re.compile(
+    r"Received a label value of (-?\d+) which is outside the valid range of \[0, (\d+)\)"
+)
 
 
 class LossSetupError(ValueError):
@@ -79,3 +84,16 @@ def check_loss_setup(model: Any, val_batches: Any, run_dir: Path) -> None:
     if hvd.rank() == 0:
         (run_dir / LOSS_SETUP).write_text(line + "\n")
     raise LossSetupError(line)
+
+
+def label_range_line(err: BaseException) -> str | None:
+    """A training batch's label outside the classes, as TensorFlow raises it at that step
+    (a dataset that cannot be scanned before launch), in one line; None for other errors."""
+    found = LABEL_OUT_OF_RANGE.search(str(err))
+    if found is None:
+        return None
+    label, classes = found.group(1), int(found.group(2))
+    return (
+        f"a training label is {label}, outside the model's {classes} classes (0..{classes - 1}):"
+        " fix the dataset's labels, or build the model with one output per class"
+    )

@@ -103,6 +103,7 @@ def train_here(plan: Plan, run_dir: Path, requests: StopRequests) -> int:
         return EXIT_CONFIG_ERROR
     runtime.check_rank_api()
     from tntrun.engine import mlflow_model
+    from tntrun.engine.loss_check import label_range_line
     from tntrun.engine.nonfinite import NonFiniteLoss
     from tntrun.engine.preemption import Preempted
     from tntrun.engine.trainer import USER_ERRORS, train
@@ -120,7 +121,11 @@ def train_here(plan: Plan, run_dir: Path, requests: StopRequests) -> int:
     except Preempted as stopped:  # every rank, once rank 0's checkpoint of the step is written
         print(f"rank {rank}: preempted: {stopped}", flush=True)
         return 0  # not a failure: no launcher may kill a peer for it
-    except Exception as err:  # last: a full disk: one line the driver reads, not a traceback
+    except Exception as err:  # last: bad labels or a full disk: one line, not a traceback
+        labels = label_range_line(err)
+        if labels is not None:
+            print(f"tntrun: config error: rank {rank}: {labels}", flush=True)
+            return EXIT_CONFIG_ERROR
         disk = disk_error_of(err, run_dir)
         if disk is None:
             raise
