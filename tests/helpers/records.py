@@ -33,3 +33,19 @@ def assert_each_sample_once(client, run_id: str, samples: list[dict]) -> None:
     cpu = client.get_metric_history(run_id, "system/cpu_utilization_percentage")
     assert sorted(m.step for m in cpu) == [sample["step"] for sample in samples]
     assert sorted(m.timestamp for m in cpu) == [sample["t"] for sample in samples]
+
+
+def assert_record_whole(client, run_dir: Path, more_points_than: int) -> tuple:
+    """The store holds the run of ``run_dir`` FINISHED, with every metric point rank 0 wrote
+    (more than ``more_points_than``), each of its host's samples once and its model.keras;
+    (the run, the samples)."""
+    run_id = (run_dir / run_files.RUN_ID).read_text()
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    expected = expected_counts(run_dir)
+    assert sum(expected.values()) > more_points_than
+    assert recorded_counts(client, run_id, expected) == expected  # none lost, none twice
+    samples = host_samples(run_dir)
+    assert_each_sample_once(client, run_id, samples)
+    assert "model.keras" in {a.path for a in client.list_artifacts(run_id)}
+    return run, samples

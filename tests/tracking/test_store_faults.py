@@ -27,12 +27,7 @@ import pytest
 
 from tests.helpers.commands import clean_env, tntrun_command
 from tests.helpers.paths import BIN
-from tests.helpers.records import (
-    assert_each_sample_once,
-    expected_counts,
-    host_samples,
-    recorded_counts,
-)
+from tests.helpers.records import assert_record_whole
 from tests.helpers.runs import wait_for_file
 from tntrun.contract import run_files
 from tntrun.contract.exit_codes import EXIT_TRACKING_PENDING
@@ -124,15 +119,7 @@ def assert_delivered_whole(uri: str, run_dir: Path) -> None:
     model."""
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(uri)
-    run_id = (run_dir / run_files.RUN_ID).read_text()
-    run = client.get_run(run_id)
-    assert run.info.status == "FINISHED"
-    expected = expected_counts(run_dir)
-    assert sum(expected.values()) > 40
-    assert recorded_counts(client, run_id, expected) == expected  # none lost, none twice
-    assert_each_sample_once(client, run_id, host_samples(run_dir))
-    assert "model.keras" in {a.path for a in client.list_artifacts(run_id)}
+    run, _ = assert_record_whole(MlflowClient(uri), run_dir, 40)
     assert len(run.outputs.model_outputs) == 1  # the final model, logged once
 
 
