@@ -25,8 +25,10 @@ run: setup
 # Root can install every component (set-up does), so under root nothing may be skipped.
 REQUIRE_COMPONENTS := $(shell [ "$$(id -u)" = 0 ] && echo 1)
 
+# One pytest worker per core: a run's ranks leave a core idle while they start, wait or
+# sync, and the other worker's tests use it (tests/conftest.py keeps a module on one worker).
 test: setup
-	TNTRUN_REQUIRE_COMPONENTS=$(REQUIRE_COMPONENTS) $(BIN)/python -m pytest $(ARGS)
+	TNTRUN_REQUIRE_COMPONENTS=$(REQUIRE_COMPONENTS) $(BIN)/python -m pytest -n auto --dist loadgroup $(ARGS)
 
 check: setup
 	$(BIN)/python -m pytest -m "not slow" -q $(ARGS)

@@ -47,6 +47,24 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     return (yield from _in_process_unless_slow(item))
 
 
+# Session fixtures that start machine-wide components (named network namespaces, the Slurm
+# daemons, one PostgreSQL): every test using one runs on the same xdist worker.
+SHARED_COMPONENTS = {
+    "netns_hosts": "hosts",
+    "slurm": "hosts",
+    "team_server": "team",
+    "postgres": "team",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under ``pytest -n`` (``--dist loadgroup``), one worker per group: the tests of a
+    shared component, else the tests of a module (its module fixtures run once)."""
+    for item in items:
+        shared = [SHARED_COMPONENTS[f] for f in item.fixturenames if f in SHARED_COMPONENTS]
+        item.add_marker(pytest.mark.xdist_group(shared[0] if shared else item.module.__name__))
+
+
 @pytest.fixture
 def compose_cfg() -> Callable[..., DictConfig]:
     """Compose tntrun's config with overrides, as the CLI would (no Hydra run dir)."""
