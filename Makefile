@@ -28,7 +28,7 @@ REQUIRE_COMPONENTS := $(shell [ "$$(id -u)" = 0 ] && echo 1)
 # One pytest worker per core: a run's ranks leave a core idle while they start, wait or
 # sync, and the other worker's tests use it (tests/conftest.py keeps a module on one worker).
 test: setup
-	TNTRUN_REQUIRE_COMPONENTS=$(REQUIRE_COMPONENTS) $(BIN)/python -m pytest -n auto --dist loadgroup $(ARGS)
+	TNTRUN_REQUIRE_COMPONENTS=$(REQUIRE_COMPONENTS) $(BIN)/python -m pytest -n auto --dist loadscope $(ARGS)
 
 check: setup
 	$(BIN)/python -m pytest -m "not slow" -q $(ARGS)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import DictConfig
+from xdist.scheduler import LoadScopeScheduling
 
 from tests.helpers.commands import tntrun_cli
 from tests.helpers.netns import NetnsHosts, netns_hosts_down, netns_hosts_up, require_netns_hosts
@@ -48,21 +49,52 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
 
 
 # Session fixtures that start machine-wide components (named network namespaces, the Slurm
-# daemons, one PostgreSQL): every test using one runs on the same xdist worker.
+# daemons, one PostgreSQL), and the test files using them: under ``pytest -n`` each group
+# runs on one worker, which starts its components once (two would collide).
 SHARED_COMPONENTS = {
     "netns_hosts": "hosts",
     "slurm": "hosts",
     "team_server": "team",
     "postgres": "team",
 }
+GROUP_FILES = {
+    "hosts": ("tests/cluster/", "tests/tracking/test_ui.py"),
+    "team": ("tests/team_server/",),
+}
+
+
+def group_of(nodeid: str) -> str:
+    """The unit of work of a test under ``pytest -n``: its component group, else its file
+    (the module fixtures of a file then run once)."""
+    path = nodeid.split("::", 1)[0]
+    return next((g for g, files in GROUP_FILES.items() if path.startswith(files)), path)
+
+
+class ComponentScheduling(LoadScopeScheduling):
+    """xdist's ``--dist loadscope`` with :func:`group_of` as the scope."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return group_of(nodeid)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log) -> LoadScopeScheduling | None:
+    if config.getvalue("dist") == "loadscope":
+        return ComponentScheduling(config, log)
+    return None
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under ``pytest -n`` (``--dist loadgroup``), one worker per group: the tests of a
-    shared component, else the tests of a module (its module fixtures run once)."""
-    for item in items:
-        shared = [SHARED_COMPONENTS[f] for f in item.fixturenames if f in SHARED_COMPONENTS]
-        item.add_marker(pytest.mark.xdist_group(shared[0] if shared else item.module.__name__))
+    """A test of tests/ using a shared component outside its group's files is a collection
+    error."""
+    for item in (i for i in items if i.nodeid.startswith("tests/")):
+        for fixture in set(item.fixturenames) & SHARED_COMPONENTS.keys():
+            group = SHARED_COMPONENTS[fixture]
+            if group_of(item.nodeid) != group:
+                raise pytest.UsageError(
+                    f"{item.nodeid} uses the {fixture} fixture: add its file to "
+                    f"GROUP_FILES[{group!r}] in tests/conftest.py (pytest -n runs a group "
+                    "on one worker)"
+                )
 
 
 @pytest.fixture

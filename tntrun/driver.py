@@ -26,8 +26,8 @@ from tntrun.contract.run_status import RunStatus
 from tntrun.environments import ClusterEnvironment
 from tntrun.errors import PlanError
 from tntrun.experiment import Experiment, RunResult, config_error
-from tntrun.launch import keras_override_note
 from tntrun.launch.discovery import discovery_problems
+from tntrun.launch.launcher import keras_override_note
 from tntrun.launch.preemption import record_first
 from tntrun.launch.supervisor import Outcome, Supervisor
 from tntrun.planning.machine import device_problems, tensorboard_problems

@@ -23,7 +23,7 @@ from tntrun.config.settings import Settings, problem_hash, settings_of
 from tntrun.config.zoo import SizedDataset, check_targets, size_dataset
 from tntrun.datasets.base import DatasetInfo
 from tntrun.environments import Allocation, ClusterEnvironment, detect
-from tntrun.launch import with_launch_command
+from tntrun.launch.launcher import with_launch_command
 from tntrun.planning.machine import MachineFacts, machine_facts
 from tntrun.planning.plan import Plan
 from tntrun.planning.planner import build_plan

@@ -14,7 +14,7 @@ from tests.helpers.plans import horovod_settings
 from tntrun.config.schema import HorovodConfig
 from tntrun.environments import detect, layout_from_hosts
 from tntrun.environments.slurm import horovod_env
-from tntrun.launch import LaunchSpec
+from tntrun.launch.launcher import LaunchSpec
 from tntrun.launch.srun import SrunLauncher
 from tntrun.planning.knobs import horovod_knobs
 

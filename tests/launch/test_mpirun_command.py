@@ -14,7 +14,7 @@ from tests.helpers.plans import horovod_settings
 from tntrun.config.schema import HorovodConfig
 from tntrun.contract.rank_logs import RANK_LINE, RankLogWriter, find_failure
 from tntrun.environments.mpi import MpiTasks
-from tntrun.launch import LaunchSpec, launcher_for
+from tntrun.launch.launcher import LaunchSpec, launcher_for
 from tntrun.launch.mpirun import (
     MPICH,
     OPEN_MPI,

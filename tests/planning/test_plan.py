@@ -14,7 +14,7 @@ from tests.helpers.commands import modules_imported
 from tests.helpers.plans import IMAGENET, plan_for
 from tntrun.config.schema import OnNonFinite
 from tntrun.environments.slurm import SlurmEnvironment
-from tntrun.launch import Launcher, LaunchSpec
+from tntrun.launch.launcher import Launcher, LaunchSpec
 from tntrun.planning.plan import MachineFacts, Plan, PlanError
 from tntrun.planning.schedule_steps import scale_learning_rate
 from tntrun.planning.schedules import ScheduleParams, learning_rate

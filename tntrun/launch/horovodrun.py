@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tntrun.launch import Launcher, LaunchSpec, base_environment
+from tntrun.launch.launcher import Launcher, LaunchSpec, base_environment
 
 if TYPE_CHECKING:
     from tntrun.planning.plan import Plan

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from tntrun.contract import run_files
 from tntrun.environments.mpi import MpiTasks
-from tntrun.launch import Launcher, LaunchSpec, base_environment
+from tntrun.launch.launcher import Launcher, LaunchSpec, base_environment
 from tntrun.launch.remote_hosts import is_local, local_addresses
 from tntrun.launch.remote_hosts import ssh_options as remote_ssh_options
 from tntrun.launch.rendezvous import RENDEZVOUS_VARIABLES, serving_rendezvous

@@ -20,7 +20,7 @@ from tntrun.environments.slurm import (
     allocated_cpus_per_node,
     expand_slurm_nodelist,
 )
-from tntrun.launch import Launcher, LaunchSpec, base_environment
+from tntrun.launch.launcher import Launcher, LaunchSpec, base_environment
 from tntrun.launch.rendezvous import serving_rendezvous
 
 if TYPE_CHECKING:

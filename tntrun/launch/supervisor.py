@@ -29,9 +29,9 @@ from tntrun.contract.driver_alive import DriverHeartbeat
 from tntrun.contract.rank_logs import RankLogWriter
 from tntrun.contract.run_status import RunStatus
 from tntrun.errors import PlanError
-from tntrun.launch import launcher_for
 from tntrun.launch.discovery import Hosts
 from tntrun.launch.elastic import ElasticHosts
+from tntrun.launch.launcher import launcher_for
 from tntrun.launch.preemption import StopOnSignals
 from tntrun.launch.rank_job import LaunchResult, RankJob, StallWatch
 from tntrun.launch.restarts import archive_attempt
