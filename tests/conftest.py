@@ -111,7 +111,7 @@ def compose_cfg() -> Callable[..., DictConfig]:
 @pytest.fixture
 def run_tntrun(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess]:
     """``tntrun_cli`` with outputs under this test's ``tmp_path``."""
-    return lambda *args, timeout=600: tntrun_cli(tmp_path, *args, timeout=timeout)
+    return lambda *args, **kwargs: tntrun_cli(tmp_path, *args, **kwargs)
 
 
 @pytest.fixture

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +30,44 @@ def clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "HOROVOD_"))}
 
 
+STORE = "mlflow.db"  # a run's default store in output_root (tntrun/tracking/mlflow_store.py)
+
+
+@functools.cache
+def _empty_store() -> bytes:
+    """An MLflow SQLite store with MLflow's schema and nothing else, made once per test
+    process (its migrations cost each fresh store about 1.5 CPU-s)."""
+    from mlflow.tracking import MlflowClient
+
+    folder = Path(tempfile.mkdtemp(prefix="tntrun-empty-store-"))
+    MlflowClient(f"sqlite:///{folder / STORE}").search_experiments(max_results=1)
+    return (folder / STORE).read_bytes()
+
+
+def existing_store(workdir: Path) -> None:
+    """Put an empty store (MLflow's schema, its Default experiment) where a run in
+    ``workdir`` keeps its record, as a user's earlier runs there left it; its Default
+    experiment's artifact location is the one MLflow gives it from ``workdir``."""
+    store = workdir / "outputs" / STORE
+    if store.exists():
+        return
+    store.parent.mkdir(parents=True, exist_ok=True)
+    store.write_bytes(_empty_store())
+    with contextlib.closing(sqlite3.connect(store)) as db, db:
+        db.execute(
+            "UPDATE experiments SET artifact_location = ? WHERE experiment_id = 0",
+            (str(workdir / "mlruns" / "0"),),
+        )
+
+
 def tntrun_command(workdir: Path, *args: str) -> list[str]:
     return [str(BIN / "tntrun"), *args, f"output_root={workdir / 'outputs'}"]
 
 
 def start_tntrun(workdir: Path, *args: str, **popen: Any) -> subprocess.Popen:
     """The installed ``tntrun`` started in its own session, its output (stderr merged) read
-    line by line by the caller."""
+    line by line by the caller; the store in ``workdir`` exists (:func:`existing_store`)."""
+    existing_store(workdir)
     return subprocess.Popen(
         tntrun_command(workdir, *args),
         cwd=workdir,
@@ -45,8 +80,13 @@ def start_tntrun(workdir: Path, *args: str, **popen: Any) -> subprocess.Popen:
     )
 
 
-def tntrun_cli(workdir: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run the installed ``tntrun`` console script with outputs under ``workdir``."""
+def tntrun_cli(
+    workdir: Path, *args: str, timeout: float = 600, fresh_store: bool = False
+) -> subprocess.CompletedProcess:
+    """Run the installed ``tntrun`` console script with outputs under ``workdir``, into the
+    existing store there (:func:`existing_store`) unless ``fresh_store`` (a first run)."""
+    if not fresh_store:
+        existing_store(workdir)
     return subprocess.run(
         tntrun_command(workdir, *args),
         cwd=workdir,

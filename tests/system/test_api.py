@@ -159,7 +159,9 @@ def test_the_dry_run_says_the_sizes_are_assumed(run_tntrun):
 
 @pytest.mark.slow
 def test_a_glob_sweep_plans_every_match(run_tntrun, tmp_path):
-    result = run_tntrun("-m", "model=glob(resnet1*)", "dry_run=true", "dataset=synthetic_images")
+    result = run_tntrun(
+        "-m", "model=glob(resnet1*)", "dry_run=true", "dataset=synthetic_images", fresh_store=True
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.count("dry run: nothing was launched") == 3  # resnet101, 152, 18
     assert not (tmp_path / "outputs" / "mlflow.db").exists()

@@ -20,7 +20,7 @@ def only_run(tmp_path):
 
 
 def test_default_experiment_trains_on_two_ranks_and_logs_to_mlflow(run_tntrun, tmp_path):
-    result = run_tntrun("tracking.system_metrics_interval_s=1")
+    result = run_tntrun("tracking.system_metrics_interval_s=1", fresh_store=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
     client, run = only_run(tmp_path)
@@ -97,7 +97,7 @@ def test_a_failing_rank_marks_the_run_failed(run_tntrun, tmp_path):
 
 
 def test_config_error_exits_2_before_any_run(run_tntrun, tmp_path):
-    result = run_tntrun("global_batch_size=63")
+    result = run_tntrun("global_batch_size=63", fresh_store=True)
     assert result.returncode == 2
     assert "global_batch_size=63 is not divisible by the world size 2" in result.stderr
     assert not (tmp_path / "outputs" / "mlflow.db").exists()
