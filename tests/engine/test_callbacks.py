@@ -116,15 +116,10 @@ def test_a_stop_asked_inside_an_epoch_on_one_rank_stops_every_rank_after_the_nex
     assert record == {"epoch": 2, "epochs": EPOCHS, "ranks": [1], "step": 6}
 
 
-def test_a_run_that_is_not_stopped_has_no_early_stop_tag(tmp_path):
-    run, out, run_dir, epochs = run_stopped_early(tmp_path, epochs=2)
-    assert epochs == [0, 1] and "stopped_early" not in run.data.tags
-    assert not (run_dir / run_files.STOPPED_EARLY).exists() and "stopped early" not in out
-
-
 def test_reduce_lr_on_plateau_scales_the_schedule_alike_on_every_rank(tmp_path):
     """Keras refused to set a number on tntrun's schedule (TypeError at the first plateau); the
-    number now scales the schedule. Every epoch after the first is a plateau (min_delta)."""
+    number now scales the schedule. Every epoch after the first is a plateau (min_delta).
+    A run that nothing stops has no early-stop tag, record or line."""
     plateau = (
         "schedule=constant",
         "+callbacks.plateau._target_=keras.callbacks.ReduceLROnPlateau",
@@ -133,8 +128,9 @@ def test_reduce_lr_on_plateau_scales_the_schedule_alike_on_every_rank(tmp_path):
         "+callbacks.plateau.min_delta=100",
         "+callbacks.plateau.factor=0.5",
     )
-    run, _, _, epochs = run_stopped_early(tmp_path, *plateau, epochs=4)
-    assert epochs == [0, 1, 2, 3]
+    run, out, run_dir, epochs = run_stopped_early(tmp_path, *plateau, epochs=4)
+    assert epochs == [0, 1, 2, 3] and "stopped_early" not in run.data.tags
+    assert not (run_dir / run_files.STOPPED_EARLY).exists() and "stopped early" not in out
     lr = lr_history(tmp_path, run)  # the epoch's last step: cut after epochs 2 and 3
     assert lr == pytest.approx([lr[0], lr[0], lr[0] / 2, lr[0] / 4], rel=1e-6), lr
 
