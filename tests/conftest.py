@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
@@ -61,6 +62,9 @@ GROUP_FILES = {
     "hosts": ("tests/cluster/", "tests/tracking/test_ui.py"),
     "team": ("tests/team_server/",),
 }
+# The groups that take longest on one worker (minutes: the hosts' runs, the wheel's fresh
+# environment), handed out first; then the groups with the most process-starting tests.
+LONG_FIRST = ("hosts", "tests/system/test_packaging.py")
 
 
 def group_of(nodeid: str) -> str:
@@ -84,8 +88,17 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log) -> LoadScopeScheduli
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test of tests/ using a shared component outside its group's files is a collection
-    error."""
+    """The groups with the most process-starting tests first (xdist hands out groups in
+    this order: the long ones start early, so the workers end together); a test of tests/
+    using a shared component outside its group's files is a collection error."""
+    slow = Counter(group_of(item.nodeid) for item in items if is_slow(item))
+
+    def order(item: pytest.Item) -> tuple[int, int, str]:
+        group = group_of(item.nodeid)
+        first = LONG_FIRST.index(group) if group in LONG_FIRST else len(LONG_FIRST)
+        return first, -slow[group], group
+
+    items.sort(key=order)
     for item in (i for i in items if i.nodeid.startswith("tests/")):
         for fixture in set(item.fixturenames) & SHARED_COMPONENTS.keys():
             group = SHARED_COMPONENTS[fixture]
