@@ -88,9 +88,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log) -> LoadScopeScheduli
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The groups with the most process-starting tests first (xdist hands out groups in
-    this order: the long ones start early, so the workers end together); a test of tests/
-    using a shared component outside its group's files is a collection error."""
+    """The groups in the order xdist hands them out: LONG_FIRST, then the groups with the
+    most process-starting tests (the long ones start early, so the workers end together);
+    a test of tests/ using a shared component outside its group's files is a collection
+    error."""
     slow = Counter(group_of(item.nodeid) for item in items if is_slow(item))
 
     def order(item: pytest.Item) -> tuple[int, int, str]:
@@ -128,14 +129,19 @@ def run_tntrun(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess]:
 
 
 @pytest.fixture
-def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """This test's ``tmp_path`` as working directory, with no MLflow/Horovod settings."""
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """This test's ``tmp_path`` as working directory, with no MLflow/Horovod settings; the
+    user modules it imported from there (``mydata``, ``mymodels``) leave with it, so a later
+    test's modules of the same name are its own."""
     for name in list(os.environ):
         if name.startswith(("MLFLOW_", "HOROVOD_")):
             monkeypatch.delenv(name)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))  # add_user_path() stays in this test
-    return tmp_path
+    yield tmp_path
+    for name, module in list(sys.modules.items()):
+        if Path(getattr(module, "__file__", None) or "/").is_relative_to(tmp_path):
+            del sys.modules[name]
 
 
 @pytest.fixture(scope="session")

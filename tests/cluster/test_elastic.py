@@ -149,7 +149,9 @@ def assert_accuracy_as_without_the_loss(tmp_path, hosts, listed, run):
     client = MlflowClient(store_uri(tmp_path / "uninterrupted"))
     reference = client.get_run((run_dir_of(result) / "run_id").read_text())
     got, want = run.data.metrics["val_accuracy"], reference.data.metrics["val_accuracy"]
-    assert abs(got - want) <= 0.01, f"val_accuracy {got:.4f} vs {want:.4f} uninterrupted"
+    # 0.02 is 7 of the 359 validation digits: the step the third host rejoins at is chosen by
+    # discovery's clock (its next poll after it is listed again), so it moves with the load.
+    assert abs(got - want) <= 0.02, f"val_accuracy {got:.4f} vs {want:.4f} uninterrupted"
 
 
 def _step(checkpoint: Path) -> int:

@@ -39,9 +39,10 @@ def _empty_store() -> bytes:
     process (its migrations cost each fresh store about 1.5 CPU-s)."""
     from mlflow.tracking import MlflowClient
 
-    folder = Path(tempfile.mkdtemp(prefix="tntrun-empty-store-"))
-    MlflowClient(f"sqlite:///{folder / STORE}").search_experiments(max_results=1)
-    return (folder / STORE).read_bytes()
+    with tempfile.TemporaryDirectory(prefix="tntrun-empty-store-") as folder:
+        store = Path(folder) / STORE
+        MlflowClient(f"sqlite:///{store}").search_experiments(max_results=1)
+        return store.read_bytes()
 
 
 def existing_store(workdir: Path) -> None:
