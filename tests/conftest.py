@@ -21,6 +21,7 @@ from tests.helpers.netns import NetnsHosts, netns_hosts_down, netns_hosts_up, re
 from tests.helpers.process_guard import is_slow, no_process_started, processes_refused
 from tests.helpers.runs import DETERMINISTIC, final_weights
 from tests.helpers.slurm import SlurmCluster, require_slurm, slurm_down, slurm_up
+from tests.helpers.user_data import forget_modules_from
 
 # Zoo models built in a test process use the Keras the ranks train (Keras 3 on TensorFlow),
 # whatever the environment of `make test` says.
@@ -139,9 +140,7 @@ def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))  # add_user_path() stays in this test
     yield tmp_path
-    for name, module in list(sys.modules.items()):
-        if Path(getattr(module, "__file__", None) or "/").is_relative_to(tmp_path):
-            del sys.modules[name]
+    forget_modules_from(tmp_path)
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 from hydra.core.global_hydra import GlobalHydra
 
+from tests.helpers.user_data import forget_modules_from
 from tntrun import cli
 
 USER_FILES = {
@@ -173,9 +174,7 @@ def refused(args: tuple[str, ...], workdir: Path, capfd, monkeypatch) -> tuple[i
     except SystemExit as ended:
         code = ended.code
     out, err = capfd.readouterr()
-    for name, module in list(sys.modules.items()):  # the user modules this run imported
-        if Path(getattr(module, "__file__", None) or "/").is_relative_to(workdir):
-            del sys.modules[name]
+    forget_modules_from(workdir)  # the user modules this run imported
     return code, [line for line in (out + err).splitlines() if line.strip()]
 
 

@@ -99,3 +99,11 @@ def write_module(directory: Path, name: str, source: str) -> ModuleType:
         sys.path.insert(0, str(directory))
     sys.modules.pop(name, None)
     return importlib.import_module(name)
+
+
+def forget_modules_from(directory: Path) -> None:
+    """Drop the modules imported from ``directory`` (a test's user modules), so a later
+    import of the same name reads that test's own file."""
+    for name, module in list(sys.modules.items()):
+        if Path(getattr(module, "__file__", None) or "/").is_relative_to(directory):
+            del sys.modules[name]
