@@ -26,7 +26,7 @@ from tests.helpers.driving import (
     sigkill_the_driver,
     the_run,
 )
-from tests.helpers.mpi import LAUNCHERS, use_launcher
+from tests.helpers.mpi import DRIVER_LAUNCHERS, LAUNCHERS, use_launcher
 from tests.helpers.paths import BIN
 from tests.helpers.runs import (
     DETERMINISTIC,
@@ -70,7 +70,7 @@ def test_ctrl_c_stops_every_rank(tmp_path):
 STALL_TIMEOUT_S = 20.0
 
 
-@pytest.mark.parametrize("launcher", LAUNCHERS)
+@pytest.mark.parametrize("launcher", DRIVER_LAUNCHERS)
 def test_the_watchdog_names_a_stalled_rank(tmp_path, monkeypatch, launcher):
     """Under horovodrun and mpirun alike: the watchdog reads the ranks' heartbeats, not the
     launcher, and stopping the launcher's process group ends the stalled rank too."""
@@ -135,7 +135,7 @@ def test_a_sigkilled_driver_takes_its_ranks_along_and_a_later_command_ends_its_r
     )
 
 
-@pytest.mark.parametrize("launcher", LAUNCHERS)
+@pytest.mark.parametrize("launcher", DRIVER_LAUNCHERS)
 def test_max_restarts_restarts_the_ranks_in_the_same_run_and_ends_like_no_failure(
     tmp_path, monkeypatch, two_local_ranks_weights, launcher
 ):
@@ -160,10 +160,8 @@ def test_max_restarts_restarts_the_ranks_in_the_same_run_and_ends_like_no_failur
     client = MlflowClient(store_uri(tmp_path))
     run = client.get_run((run_dir / "run_id").read_text())
     assert run.info.status == "FINISHED" and run.data.tags["restarts"] == "1"
-    # MPICH's Hydra SIGKILLs the others at once and names no rank: rank 0 may be named
-    # (tests/launch/test_mpirun.py).
     failed = run.data.tags["restart.1"].removeprefix("rank ")[:1]
-    assert failed in ({"0", "1"} if launcher == "mpirun-mpich" else {"1"}), run.data.tags
+    assert failed == "1", run.data.tags
     assert run.data.tags["restart.1"].startswith(f"rank {failed} failed")
     assert (run_dir / "restarts" / "attempt-1" / "logs" / "rank.1.log").is_file()
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "restarts/attempt-1")}

@@ -32,21 +32,6 @@ MPIRUN = ("driver", "mpirun")
 
 
 @pytest.mark.parametrize("mpi", sorted(MPIS))
-def test_the_default_experiment_finishes_under_each_mpi(run_tntrun, tmp_path, monkeypatch, mpi):
-    real = mpi_first_on_path(mpi, tmp_path, monkeypatch)
-    result = run_tntrun("launcher=mpirun", "train.epochs=1")
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    run_dir = run_dir_of(result)
-    _, _, run = the_run(tmp_path, result.stdout)
-    assert run.info.status == "FINISHED"
-    assert run.data.params["plan.world_size"] == "2"
-    assert Path(Plan.load(run_dir / "plan.json").launch_command[0]).name == real
-    assert "rank 1/2: local rank 1, host" in result.stdout  # Horovod's place, from MPI's
-    for rank in (0, 1):  # each rank's lines, split by the MPI's label
-        assert RANK_DONE in (run_dir / "logs" / f"rank.{rank}.log").read_text()
-
-
-@pytest.mark.parametrize("mpi", sorted(MPIS))
 def test_a_killed_rank_ends_the_run_failed_and_leaves_nothing(tmp_path, monkeypatch, mpi):
     mpi_first_on_path(mpi, tmp_path, monkeypatch)
     code, seconds, output, seen = run_until(
@@ -85,12 +70,13 @@ def test_without_an_mpi_the_run_is_refused_in_one_line(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("mpi", sorted(MPIS))
-def test_pin_to_socket_binds_through_the_mpi_without_numactl(
+def test_the_default_experiment_finishes_under_each_mpi_which_binds_its_ranks_to_sockets(
     run_tntrun, tmp_path, monkeypatch, mpi
 ):
-    # The MPI binds each rank to its socket: the ranks do not re-execute under numactl, which
-    # need not be installed (this machine has none). On one socket that is a note.
-    mpi_first_on_path(mpi, tmp_path, monkeypatch)
+    """The default experiment with pin_to_socket=true (one launch proves both): the MPI binds
+    each rank to its socket, so the ranks do not re-execute under numactl, which need not be
+    installed (this machine has none); on one socket that is a note."""
+    real = mpi_first_on_path(mpi, tmp_path, monkeypatch)
     pinned = ("launcher=mpirun", "pin_to_socket=true", "sockets_per_node=1")
     shown = run_tntrun(*pinned, "dry_run=true")
     assert shown.returncode == 0, shown.stderr[-3000:]
@@ -99,10 +85,16 @@ def test_pin_to_socket_binds_through_the_mpi_without_numactl(
     result = run_tntrun(*pinned, "train.epochs=1")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "pin_to_socket=true on nodes of one socket" in result.stderr
-    plan = Plan.load(run_dir_of(result) / "plan.json")
+    run_dir = run_dir_of(result)
+    plan = Plan.load(run_dir / "plan.json")
     assert plan.bound_by == "mpirun"
+    assert Path(plan.launch_command[0]).name == real
     assert {"--bind-to socket", "-bind-to socket"} & {
         " ".join(plan.launch_command[i : i + 2]) for i in range(len(plan.launch_command))
     }
     _, _, run = the_run(tmp_path, result.stdout)
     assert run.info.status == "FINISHED"
+    assert run.data.params["plan.world_size"] == "2"
+    assert "rank 1/2: local rank 1, host" in result.stdout  # Horovod's place, from MPI's
+    for rank in (0, 1):  # each rank's lines, split by the MPI's label
+        assert RANK_DONE in (run_dir / "logs" / f"rank.{rank}.log").read_text()
