@@ -230,14 +230,6 @@ def job_gone(slurm, job: str) -> bool:
     return not slurm.run("squeue", "-h", "-j", job, cwd=Path("/")).stdout.strip()
 
 
-def test_the_readmes_sbatch_script_runs_to_finished(slurm, tmp_path):
-    job = sbatch(slurm, tmp_path, *DETERMINISTIC)
-    wait_for(lambda: job_gone(slurm, job), 240, f"job {job} to end")
-    output = (tmp_path / f"tntrun-{job}.out").read_text()
-    assert "tntrun: run FINISHED" in output, output[-3000:]
-    assert ran_on_both_nodes(subprocess.CompletedProcess([], 0, output)), output[-3000:]
-
-
 def test_scancel_ends_the_run_killed_with_no_process_left(slurm, tmp_path):
     """The search finds the driver in the batch step, srun, the rendezvous server and the
     ranks under their slurmstepd while they run, and none of them after scancel."""
@@ -304,14 +296,15 @@ def test_the_submitit_preset_runs_a_two_job_sweep_on_the_cluster(slurm, tmp_path
         assert run.data.tags["hosts"] in ("tnt-h1:2", "tnt-h2:2")
 
 
-def test_a_preempted_and_a_timed_out_job_are_requeued_and_continue_the_same_run(
+def test_the_readmes_sbatch_script_runs_to_finished_though_preempted_and_timed_out(
     slurm, tmp_path, two_local_ranks_weights
 ):
-    """Twice interrupted, one run: USR1 to the batch step (what --signal=B:USR1@120 sends
-    before the time limit) makes the ranks checkpoint and the driver requeue the job;
-    `scontrol requeue` (SIGTERM to every task, as preemption) makes them checkpoint and
-    Slurm requeue it. Each requeued job continues the run from the step it stopped at,
-    and the final weights are those of an uninterrupted run."""
+    """The batch script of docs/running.md on both nodes, twice interrupted, one run: USR1
+    to the batch step (what --signal=B:USR1@120 sends before the time limit) makes the
+    ranks checkpoint and the driver requeue the job; `scontrol requeue` (SIGTERM to every
+    task, as preemption) makes them checkpoint and Slurm requeue it. Each requeued job
+    continues the run from the step it stopped at, and the final weights are those of an
+    uninterrupted run."""
     (tmp_path / "pace.py").write_text(PACE)
     until = tmp_path / "full-speed"
     job = sbatch(
@@ -339,6 +332,7 @@ def test_a_preempted_and_a_timed_out_job_are_requeued_and_continue_the_same_run(
 
     output = out.read_text()
     assert output.count("tntrun: run KILLED") == 2 and "tntrun: run FINISHED" in output, output
+    assert ran_on_both_nodes(subprocess.CompletedProcess([], 0, output)), output[-3000:]
     assert f"tntrun: requeued Slurm job {job}; it continues this run" in output
     run_dirs = [Path(d) for d in re.findall(r"tntrun: run directory: (\S+)", output)]
     run_ids = {(d / "run_id").read_text() for d in run_dirs}
