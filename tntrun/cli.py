@@ -35,7 +35,7 @@ from tntrun.contract.run_lock import RunDirBusy, take_early
 from tntrun.contract.run_status import RunStatus
 from tntrun.driver import run
 from tntrun.errors import print_problems
-from tntrun.experiment import Experiment, RunResult, config_error
+from tntrun.experiment import Experiment, MissingObjective, RunResult, config_error
 from tntrun.tracking import sweep
 from tntrun.tracking.sweep import sweep_parent
 
@@ -78,7 +78,18 @@ def _hydra_entry(cfg: DictConfig) -> float:
         sys.exit(result.exit_code)
     if result.exit_code:
         _failed_jobs.append(result.exit_code)  # a sweep goes on with its other jobs
-    return result.objective(cfg.tracking.objective)  # what sweepers such as Optuna optimise
+    return _objective(result, cfg.tracking.objective) if not single else float("nan")
+
+
+def _objective(result: RunResult, key: str) -> float:
+    """What sweepers such as Optuna optimise; a finished job without that metric says so in
+    one line and fails the sweep (exit 2 at its end) instead of handing it NaN."""
+    try:
+        return result.objective(key)
+    except MissingObjective as missing:
+        print_problems([str(missing)])
+        _failed_jobs.append(EXIT_CONFIG_ERROR)
+        return float("nan")
 
 
 class LockRunDir(Callback):

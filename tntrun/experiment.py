@@ -48,11 +48,28 @@ class RunResult:
         object.__setattr__(self, "status", RunStatus(self.status))
 
     def objective(self, key: str) -> float:
-        """The final value of metric ``key`` (NaN unless the run FINISHED with it)."""
+        """The final value of metric ``key`` for a sweeper: NaN for a run that did not
+        finish (the sweeper's failed trial); :class:`MissingObjective` for a finished run
+        that logged no such metric (a misspelt ``tracking.objective`` would otherwise feed
+        the sweeper NaN for every job)."""
+        if self.status != RunStatus.FINISHED:
+            return float("nan")
+        if key not in self.metrics:
+            raise MissingObjective(key, sorted(self.metrics))
+        return float(self.metrics[key])
+
+
+class MissingObjective(KeyError):
+    """A finished run logged no metric named by ``tracking.objective``."""
+
+    def __init__(self, key: str, logged: list[str]) -> None:
+        super().__init__(key)
+        self.key, self.logged = key, logged
+
+    def __str__(self) -> str:
         return (
-            float(self.metrics.get(key, "nan"))
-            if self.status == RunStatus.FINISHED
-            else float("nan")
+            f"tracking.objective={self.key}: the run logged no such metric; set it to one it "
+            f"logs ({', '.join(self.logged) or 'none'})"
         )
 
 

@@ -11,9 +11,11 @@ Adding an environment (PBS, LSF) is one module and a line in :data:`ENVIRONMENTS
 
 from __future__ import annotations
 
+import inspect
 import logging
 import signal
 import subprocess
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -63,8 +65,10 @@ class Allocation:
         return layout
 
 
-class ClusterEnvironment:
-    """What a cluster environment tells a run. Subclasses override what they know."""
+class ClusterEnvironment(ABC):
+    """What a cluster environment tells a run. Subclasses say whether they are detected
+    (:meth:`detect`, abstract: one without it is refused by name, never silently skipped)
+    and override what else they know."""
 
     name: ClassVar[str] = ""
     title: ClassVar[str] = ""  # as messages name it: "Slurm"
@@ -78,9 +82,9 @@ class ClusterEnvironment:
         self.environ, self.requested = environ, requested or {}
 
     @classmethod
+    @abstractmethod
     def detect(cls, environ: Mapping[str, str]) -> bool:
         """Whether this process runs in this environment (from its variables)."""
-        return False
 
     def allocation(self) -> Allocation | None:
         """The hosts it gives the run (None: only this machine); raises LayoutError."""
@@ -99,6 +103,7 @@ class ClusterEnvironment:
 
     def requeue(self, received: signal.Signals | None) -> None:
         """After a stop signal: ask the scheduler to run the job again, where it can."""
+        return None  # an environment without a scheduler: resume=auto continues the run
 
     def tags(self) -> dict[str, str]:
         """What a run records about the job (a requeued job finds its run by it)."""
@@ -113,6 +118,9 @@ def _environment_class(name: str) -> type[ClusterEnvironment]:
     found = find_class(name, ENVIRONMENTS, ClusterEnvironment)
     if found is None:
         raise ValueError(f"no cluster environment {name!r}: choose {', '.join(ENVIRONMENTS)}")
+    if inspect.isabstract(found):
+        missing = ", ".join(sorted(found.__abstractmethods__))
+        raise TypeError(f"cluster environment {name!r} ({found.__qualname__}) lacks {missing}")
     return found
 
 

@@ -28,6 +28,11 @@ class MpiTasks(ClusterEnvironment):
     # MPICH's (Open MPI's are among the launchers' variables of tntrun.ranks already).
     rank_variables = ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID")
 
+    @classmethod
+    def detect(cls, environ: Mapping[str, str]) -> bool:
+        """Never: ``launcher=mpirun`` names it to the ranks."""
+        return False
+
     def rank_environment(self, hosts: Sequence[tuple[str, int]]) -> dict[str, str]:
         rank, size, local_rank = task_place(self.environ, sum(slots for _, slots in hosts))
         return block_placement(hosts, rank, size, local_rank)

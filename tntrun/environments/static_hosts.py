@@ -8,6 +8,7 @@ requeued as that job).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from tntrun.environments import Allocation, ClusterEnvironment, LayoutError
@@ -18,6 +19,11 @@ HOST_NAME = re.compile(r"[A-Za-z0-9_.\-]+")  # what hosts= and a hostfile may na
 class StaticHosts(ClusterEnvironment):
     name = "static_hosts"
     title = "static hosts"
+
+    @classmethod
+    def detect(cls, environ: Mapping[str, str]) -> bool:
+        """Never: the config chooses it (``hosts``, ``hostfile``)."""
+        return False
 
     def allocation(self) -> Allocation | None:
         if self.requested.get("hosts"):
