@@ -1,7 +1,7 @@
 """The run directory under faults, with real ranks: a second run into a running run's
 directory, a full disk, a damaged newest checkpoint after a preemption.
 
-Short on purpose (the digits MLP, 2 epochs): one held run serves the first two, filled
+Short on purpose (the digits MLP, 2 epochs, 1 rank): one held run serves the first two, filled
 while rank 0 waits at a known step; the third is a preempted run and its resumption.
 """
 
@@ -27,6 +27,8 @@ pytestmark = pytest.mark.slow
 SHORT = ("train.epochs=2", "tracking.system_metrics=false", "checkpoint.min_interval_s=0")
 HOLD_AT = 30  # in epoch 2 (22 steps an epoch): epoch 1's checkpoint is written, epoch 2's not
 DISK_MIB = 16  # a tmpfs the run's files fit in (about 1 MiB), filled by the test
+# Half the CPU of two ranks: what these tests prove is the driver's and rank 0's.
+ONE_RANK = ("ranks_per_node=1",)
 
 
 @pytest.fixture
@@ -78,9 +80,11 @@ def fill(disk: Path) -> None:
 def test_a_second_run_is_refused_then_a_full_disk_fails_the_first_as_failure_disk(
     tmp_path, small_disk
 ):
+    """On one rank: the lock, the refusal and the disk's failure are the driver's and rank
+    0's (rank 0 writes the checkpoints), so a second rank would prove nothing more."""
     run_dir, hold = small_disk / "run", Hold(tmp_path)
     first = start_tntrun(
-        tmp_path, *SHORT, *held_overrides(tmp_path, hold), f"hydra.run.dir={run_dir}"
+        tmp_path, *SHORT, *ONE_RANK, *held_overrides(tmp_path, hold), f"hydra.run.dir={run_dir}"
     )
     try:
         lines = read_until_held_and_tracked(first)
@@ -122,7 +126,6 @@ def test_a_second_run_is_refused_then_a_full_disk_fails_the_first_as_failure_dis
     assert (run_dir / "run.lock").read_text() == ""  # released
 
 
-ONE_RANK = ("ranks_per_node=1",)  # half the CPU of two: the fallback is the driver's
 PREEMPT = fault("preempt", rank=0, step=30)  # it stops after step 32: epoch 2, batch 10
 NEWEST = "epoch-0001.batch-00010"  # 22 steps an epoch
 

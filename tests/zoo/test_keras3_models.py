@@ -125,8 +125,11 @@ def test_a_subclassed_model_with_its_own_train_step_trains_averaged(tmp_path):
 
 @pytest.mark.slow
 def test_a_tf_keras_model_that_reaches_the_ranks_fails_the_run_in_one_line(tmp_path):
+    """On one rank: the refusal is each rank's own at build time, reported by the driver."""
     (tmp_path / "k2models.py").write_text(HIDDEN_LEGACY)
-    result = tntrun_cli(tmp_path, "model=custom", "model._target_=k2models.build")
+    result = tntrun_cli(
+        tmp_path, "model=custom", "model._target_=k2models.build", "ranks_per_node=1"
+    )
     out = result.stdout + result.stderr
     assert result.returncode != 0, out[-3000:]
     assert f"tntrun: config error: model._target_=k2models.build: {LEGACY_LINE}" in out
