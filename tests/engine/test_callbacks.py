@@ -64,13 +64,28 @@ def run_stopped_early(work, *overrides: str, epochs: int = EPOCHS):
     epochs it logged."""
     result = tntrun_cli(work, f"train.epochs={epochs}", "tracking.system_metrics=false", *overrides)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
-    run_dir = run_dir_of(result)
+    run, logged = finished_run(work, run_dir_of(result))
+    return run, result.stdout, run_dir_of(result), logged
+
+
+def finished_run(work, run_dir):
+    """The FINISHED MLflow run of ``run_dir``, both ranks alike, and the epochs it logged."""
     client = MlflowClient(store_uri(work))
     run = client.get_run((run_dir / "run_id").read_text())
     assert run.info.status == "FINISHED"
     assert run.data.metrics["weights_rank_spread"] == 0.0  # both ranks trained alike
     logged = [m.step for m in client.get_metric_history(run.info.run_id, "val_loss")]
-    return run, result.stdout, run_dir, logged
+    return run, logged
+
+
+def assert_early_stopping_stopped_both_ranks_after_epoch_2(run, out, run_dir, epochs) -> None:
+    """EarlyStopping (no ranks key) ran on both ranks and stopped them after epoch 2."""
+    assert epochs == [0, 1]
+    assert run.data.tags["stopped_early"] == f"epoch 2 of {EPOCHS}"
+    assert f"training stopped early after epoch 2 of {EPOCHS}" in out
+    assert "rank(s) [0, 1]" in out  # it ran on both ranks: no ranks key needed
+    record = json.loads((run_dir / run_files.STOPPED_EARLY).read_text())
+    assert record == {"epoch": 2, "epochs": EPOCHS, "ranks": [0, 1]}
 
 
 def lr_history(work, run) -> list[float]:
@@ -78,17 +93,12 @@ def lr_history(work, run) -> list[float]:
     return [m.value for m in client.get_metric_history(run.info.run_id, "lr")]
 
 
-@pytest.mark.parametrize(
-    "monitor", [("+callbacks.es.monitor=val_loss",), ("+callbacks.es.monitor=val_accuracy",)]
-)
-def test_early_stopping_stops_both_ranks_after_the_same_epoch(tmp_path, monitor):
-    run, out, run_dir, epochs = run_stopped_early(tmp_path, *EARLY_STOPPING, *monitor)
-    assert epochs == [0, 1]
-    assert run.data.tags["stopped_early"] == f"epoch 2 of {EPOCHS}"
-    assert f"training stopped early after epoch 2 of {EPOCHS}" in out
-    assert "rank(s) [0, 1]" in out  # it ran on both ranks: no ranks key needed
-    record = json.loads((run_dir / run_files.STOPPED_EARLY).read_text())
-    assert record == {"epoch": 2, "epochs": EPOCHS, "ranks": [0, 1]}
+def test_early_stopping_on_val_accuracy_stops_both_ranks_after_the_same_epoch(tmp_path):
+    """val_accuracy is maximised, val_loss minimised: each monitor is proven by its own run
+    (val_loss's on a terminal, where the live progress line is proven)."""
+    monitor = "+callbacks.es.monitor=val_accuracy"
+    run, out, run_dir, epochs = run_stopped_early(tmp_path, *EARLY_STOPPING, monitor)
+    assert_early_stopping_stopped_both_ranks_after_epoch_2(run, out, run_dir, epochs)
 
 
 def test_a_stop_asked_on_one_rank_only_stops_every_rank(tmp_path):
@@ -116,10 +126,16 @@ def test_a_stop_asked_inside_an_epoch_on_one_rank_stops_every_rank_after_the_nex
     assert record == {"epoch": 2, "epochs": EPOCHS, "ranks": [1], "step": 6}
 
 
-def test_reduce_lr_on_plateau_scales_the_schedule_alike_on_every_rank(tmp_path):
+def test_reduce_lr_on_plateau_scales_the_schedule_and_a_batch_job_prints_progress_lines(
+    tmp_path,
+):
     """Keras refused to set a number on tntrun's schedule (TypeError at the first plateau); the
-    number now scales the schedule. Every epoch after the first is a plateau (min_delta).
-    A run that nothing stops has no early-stop tag, record or line."""
+    number now scales the schedule alike on every rank. Every epoch after the first is a
+    plateau (min_delta). A run that nothing stops has no early-stop tag, record or line.
+
+    The same run has no terminal (a pipe, as under Slurm): every train.progress_interval_s a
+    line from rank 0 with the step, speed, loss and time left. Steps are slowed to 0.1 s (the
+    pace callback on both ranks), so each 22-step epoch lasts over 2 s: lines at 1 s."""
     plateau = (
         "schedule=constant",
         "+callbacks.plateau._target_=keras.callbacks.ReduceLROnPlateau",
@@ -128,31 +144,28 @@ def test_reduce_lr_on_plateau_scales_the_schedule_alike_on_every_rank(tmp_path):
         "+callbacks.plateau.min_delta=100",
         "+callbacks.plateau.factor=0.5",
     )
-    run, out, run_dir, epochs = run_stopped_early(tmp_path, *plateau, epochs=4)
+    (tmp_path / "pace.py").write_text(PACE)
+    slow = (*paced(tmp_path), "train.progress_interval_s=1")
+    run, out, run_dir, epochs = run_stopped_early(tmp_path, *plateau, *slow, epochs=4)
     assert epochs == [0, 1, 2, 3] and "stopped_early" not in run.data.tags
     assert not (run_dir / run_files.STOPPED_EARLY).exists() and "stopped early" not in out
     lr = lr_history(tmp_path, run)  # the epoch's last step: cut after epochs 2 and 3
     assert lr == pytest.approx([lr[0], lr[0], lr[0] / 2, lr[0] / 4], rel=1e-6), lr
-
-
-def test_a_long_epoch_prints_progress_lines_in_a_batch_job(tmp_path):
-    """No terminal (a pipe, as under Slurm): every train.progress_interval_s a line from rank
-    0 with the step, speed, loss and time left. Steps are slowed to 0.1 s (the pace callback
-    on both ranks), so the 22-step epoch lasts over 2 s: at least one line at 1 s."""
-    (tmp_path / "pace.py").write_text(PACE)
-    slow = (
-        "+callbacks.pace._target_=pace.Pace",
-        "+callbacks.pace.step_s=0.1",
-        f"+callbacks.pace.until={tmp_path / 'never'}",
-        "train.progress_interval_s=1",
-    )
-    _, out, _, _ = run_stopped_early(tmp_path, *slow, epochs=1)
     lines = re.findall(
-        r"epoch 1/1: step (\d+)/22 \(\d+%\), [\d,]+ samples/s, loss [\d.]+; epoch ends in "
+        r"epoch [1-4]/4: step (\d+)/22 \(\d+%\), [\d,]+ samples/s, loss [\d.]+; epoch ends in "
         r"\d+m\d\ds, the run in \d+m\d\ds",
         out,
     )
     assert lines and all(0 < int(step) <= 22 for step in lines), out[-3000:]
+
+
+def paced(work) -> tuple[str, ...]:
+    """Overrides slowing every step of both ranks to 0.1 s (pace.py in ``work``)."""
+    return (
+        "+callbacks.pace._target_=pace.Pace",
+        "+callbacks.pace.step_s=0.1",
+        f"+callbacks.pace.until={work / 'never'}",
+    )
 
 
 def run_on_a_terminal(work, *overrides: str) -> str:
@@ -181,22 +194,31 @@ def run_on_a_terminal(work, *overrides: str) -> str:
     return b"".join(chunks).decode(errors="replace")
 
 
-def test_a_terminal_gets_a_live_progress_line_that_no_log_keeps(tmp_path):
+def test_early_stopping_on_val_loss_stops_both_ranks_on_a_terminal_whose_live_line_no_log_keeps(
+    tmp_path,
+):
     """On a terminal rank 0 adds a line every second that the driver redraws in place (the
-    30-s line of a batch job does not come in a 2-s epoch); the logs keep none of it."""
+    30-s line of a batch job does not come in a 2-s epoch); the logs keep none of it.
+    The same run proves EarlyStopping on val_loss (minimised; val_accuracy's run is a pipe):
+    it stops both ranks after epoch 2, whatever the console."""
     (tmp_path / "pace.py").write_text(PACE)
     out = run_on_a_terminal(
         tmp_path,
-        "train.epochs=1",
+        f"train.epochs={EPOCHS}",
         "tracking.system_metrics=false",
-        "+callbacks.pace._target_=pace.Pace",
-        "+callbacks.pace.step_s=0.1",
-        f"+callbacks.pace.until={tmp_path / 'never'}",
+        *paced(tmp_path),
+        *EARLY_STOPPING,
+        "+callbacks.es.monitor=val_loss",
     )
-    live = re.findall(r"\r\x1b\[Kepoch 1/1: step (\d+)/22 \(\d+%\), [\d,]+ samples/s, ", out)
+    live = re.findall(
+        rf"\r\x1b\[Kepoch [12]/{EPOCHS}: step (\d+)/22 \(\d+%\), [\d,]+ samples/s, ", out
+    )
     assert live and all(0 < int(step) <= 22 for step in live), out[-3000:]
     assert run_files.LIVE_PREFIX not in out
-    assert "\ntntrun: run FINISHED" in out.replace("\r", "").replace("\x1b[K", "")
+    plain = out.replace("\r", "").replace("\x1b[K", "")
+    assert "\ntntrun: run FINISHED" in plain
     run_dir = next((tmp_path / "outputs" / "runs").glob("*/*"))
     for log in (run_dir / run_files.RANKS_LOG, run_dir / "logs" / "rank.0.log"):
         assert "samples/s, loss" not in log.read_text(), log
+    run, epochs = finished_run(tmp_path, run_dir)
+    assert_early_stopping_stopped_both_ranks_after_epoch_2(run, plain, run_dir, epochs)

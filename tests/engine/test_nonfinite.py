@@ -20,6 +20,9 @@ from tntrun.contract.checkpoints import STATE_PREFIX
 
 pytestmark = pytest.mark.slow
 QUIET = ("tracking.system_metrics=false", "tracking.log_every_steps=0")
+# A claim about the run's record, files or message, not about ranks agreeing, is proven on
+# one rank (a third less CPU than two); the NaN-loss and rollback tests keep two ranks.
+ONE_RANK = ("ranks_per_node=1",)
 # A user callback module (wipe.py in the working directory): from epoch ``epoch`` (0-based)
 # on, each rank zeroes its trainable weights after every step, so those epochs end with
 # all-zero logits that predict class 0 (about 1 in 10 digits): val_accuracy peaks before
@@ -91,7 +94,10 @@ def test_rollback_restores_the_last_good_checkpoint_and_finishes(in_tmp):
 
 
 def test_a_diverging_run_fails_instead_of_finishing_with_nan(run_tntrun, tmp_path):
+    """The run's record names the non-finite loss (one rank: every rank stopping at the same
+    step is test_a_nan_loss_fails_the_run_at_that_step_on_every_rank's claim)."""
     result = run_tntrun(
+        *ONE_RANK,
         "optimizer=sgd",
         "optimizer.base_lr=1e8",
         "train.epochs=3",
@@ -107,8 +113,10 @@ def test_a_diverging_run_fails_instead_of_finishing_with_nan(run_tntrun, tmp_pat
 
 
 def test_keep_the_best_and_write_checkpoints_by_time(in_tmp):
+    """Rank 0 writes every checkpoint: the files and the record are proven on one rank."""
     result = api.run(
         ["train.epochs=4", "checkpoint.monitor=val_accuracy", "checkpoint.keep=1", *QUIET]
+        + list(ONE_RANK)
     )
     assert result.status == "FINISHED"
     checkpoints = result.run_dir / "checkpoints"
@@ -140,7 +148,8 @@ def checkpoint_state(checkpoint: Path) -> dict[str, np.ndarray]:
 def test_the_best_checkpoint_is_the_state_of_the_best_epoch_not_the_newest(in_tmp):
     """val_accuracy peaks before the last epoch (the weights are zeroed in epochs 3 and 4):
     checkpoints/best must hold the state the best epoch's own checkpoint holds, in its
-    TensorFlow checkpoint and in its model.keras, and not the newest state."""
+    TensorFlow checkpoint and in its model.keras, and not the newest state. Rank 0 writes
+    them all: one rank proves it."""
     wiped = 2  # 0-based: epochs 1 and 2 train, 3 and 4 end with zero weights
     (in_tmp / "wipe.py").write_text(WIPE)
     wipe = ["+callbacks.wipe._target_=wipe.Wipe", "+callbacks.wipe.ranks=all_ranks"]
@@ -153,6 +162,7 @@ def test_the_best_checkpoint_is_the_state_of_the_best_epoch_not_the_newest(in_tm
             *QUIET,
             *wipe,
             f"+callbacks.wipe.epoch={wiped}",
+            *ONE_RANK,
         ]
     )
     assert result.status == "FINISHED", result
@@ -191,7 +201,8 @@ def test_the_best_checkpoint_is_the_state_of_the_best_epoch_not_the_newest(in_tm
 
 
 def test_an_unknown_monitor_metric_fails_with_the_metrics_logged(run_tntrun):
-    result = run_tntrun("train.epochs=2", "checkpoint.monitor=val_acc", *QUIET)
+    """The driver's message names the metrics; rank 0 alone checks the monitor: one rank."""
+    result = run_tntrun("train.epochs=2", "checkpoint.monitor=val_acc", *QUIET, *ONE_RANK)
     assert result.returncode == 1
     assert "checkpoint.monitor=val_acc: no such metric; this run logs " in result.stdout
 
@@ -235,6 +246,7 @@ def build(input_shape, num_classes):
 
 
 def test_nan_training_data_fail_at_the_first_step_in_one_line(run_tntrun, tmp_path):
+    """The driver's one line and the run's record: proven on one rank."""
     (tmp_path / "blobs.py").write_text(NAN_BLOBS)
     (tmp_path / "relu_model.py").write_text(RELU_MODEL)
     result = run_tntrun(
@@ -245,6 +257,7 @@ def test_nan_training_data_fail_at_the_first_step_in_one_line(run_tntrun, tmp_pa
         "train.epochs=1",
         "train.on_nonfinite=rollback",  # bad data are not rolled back: the same would come
         *QUIET,
+        *ONE_RANK,
     )
     assert result.returncode == 1, result.stdout[-3000:]
     reason = "the training data hold NaN or infinite values at epoch 1, step 0"
