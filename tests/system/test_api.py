@@ -180,8 +180,15 @@ def test_run_in_process_on_two_ranks(in_tmp):
 
 @pytest.mark.slow
 def test_bring_your_own_model_and_dataset_from_the_working_directory(tmp_path):
+    """One rank: the claim is the user's code found from the working directory."""
     user_project(tmp_path)
-    args = ("model=mine", "dataset=blobs", "train.epochs=3", "optimizer.base_lr=0.01")
+    args = (
+        "model=mine",
+        "dataset=blobs",
+        "train.epochs=3",
+        "optimizer.base_lr=0.01",
+        "ranks_per_node=1",
+    )
     result = tntrun_cli(tmp_path, "--config-dir", "conf", *args, "global_batch_size=32")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "tntrun: run FINISHED" in result.stdout
@@ -190,5 +197,5 @@ def test_bring_your_own_model_and_dataset_from_the_working_directory(tmp_path):
     assert (run_dir_of(result) / "model.keras").is_file()
     run_id = (run_dir_of(result) / "run_id").read_text()
     run = MlflowClient(f"sqlite:///{tmp_path / 'outputs' / 'mlflow.db'}").get_run(run_id)
-    assert run.info.run_name == "mine-blobs-2x16"  # the user's config names
+    assert run.info.run_name == "mine-blobs-1x32"  # the user's config names
     assert run.inputs.dataset_inputs[0].dataset.name == "blobs"

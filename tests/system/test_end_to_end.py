@@ -104,10 +104,16 @@ def test_config_error_exits_2_before_any_run(run_tntrun, tmp_path):
 
 
 def test_the_run_story_is_in_hydras_job_log_and_verbose_adds_tntruns_debug(run_tntrun):
-    result = run_tntrun("train.epochs=1", "tracking.system_metrics=false", "hydra.verbose=tntrun")
+    """One rank: the story is the driver's log, not the ranks'."""
+    result = run_tntrun(
+        "train.epochs=1",
+        "tracking.system_metrics=false",
+        "ranks_per_node=1",
+        "hydra.verbose=tntrun",
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     job_log = (run_dir_of(result) / "cli.log").read_text()
-    story = ("tntrun: 2 ranks on localhost:2", "tntrun: MLflow run ", "tntrun: run FINISHED")
+    story = ("tntrun: 1 ranks on localhost:1", "tntrun: MLflow run ", "tntrun: run FINISHED")
     for line in (*story, "tntrun: launching the ranks: "):
         assert f"][INFO] - {line}" in job_log or f"][DEBUG] - {line}" in job_log, line
     assert "[tntrun.launch.supervisor][DEBUG] - tntrun: launching the ranks: " in job_log

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ from mlflow.entities import LoggedModelStatus
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
+from tests.helpers.commands import tntrun_cli
 from tests.helpers.runs import run_dir_of, store_uri
 from tests.helpers.stack import installed, tensorflow_requirement
 
@@ -61,19 +63,37 @@ def run_models(client: MlflowClient, run_id: str) -> dict[str, object]:
     return {model.tags["tntrun.model"]: model for model in models}
 
 
-def test_a_finished_run_logs_its_model_which_predicts_as_the_rank_did(
-    run_tntrun, tmp_path, monkeypatch
-):
-    result = run_tntrun(*TINY)
+@pytest.fixture(scope="module")
+def best_and_final(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """One run that logs its final model and registers its best (checkpoint.monitor): both
+    tests below read it, one launch instead of two. One rank: the claims are the driver's
+    record in the store and the files, not the ranks'."""
+    workdir = tmp_path_factory.mktemp("best_and_final")
+    result = tntrun_cli(
+        workdir,
+        "train.epochs=3",
+        "tracking.system_metrics=false",
+        "ranks_per_node=1",
+        "checkpoint.monitor=val_accuracy",
+        "tracking.register_model=digits-mlp",
+        "tracking.register_alias=candidate",
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    run_dir, store = run_dir_of(result), store_uri(tmp_path)
+    return result, workdir
+
+
+def test_a_finished_run_logs_its_model_which_predicts_as_the_rank_did(best_and_final, monkeypatch):
+    result, workdir = best_and_final
+    run_dir, store = run_dir_of(result), store_uri(workdir)
     client = MlflowClient(store)
     run_id = (run_dir / "run_id").read_text()
     run = client.get_run(run_id)
-    (model,) = run_models(client, run_id).values()
+    models = run_models(client, run_id)
+    model = models["final"]  # its best one too: test_the_best_model_is_logged_and_registered
     assert model.status == LoggedModelStatus.READY
     assert model.source_run_id == run_id and model.tags["tntrun.model"] == "final"
-    assert [output.model_id for output in run.outputs.model_outputs] == [model.model_id]
+    outputs = sorted(output.model_id for output in run.outputs.model_outputs)
+    assert outputs == sorted(logged.model_id for logged in models.values())
     assert f"tntrun: logged the final model: models:/{model.model_id}" in result.stdout
 
     # The run's final metrics, the evaluation ones on the run's dataset.
@@ -102,16 +122,9 @@ def test_a_finished_run_logs_its_model_which_predicts_as_the_rank_did(
     assert tensorflow_requirement() in requirements
 
 
-def test_the_best_model_is_logged_and_registered_with_its_alias(run_tntrun, tmp_path, monkeypatch):
-    result = run_tntrun(
-        "train.epochs=3",
-        "tracking.system_metrics=false",
-        "checkpoint.monitor=val_accuracy",
-        "tracking.register_model=digits-mlp",
-        "tracking.register_alias=candidate",
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    run_dir, store = run_dir_of(result), store_uri(tmp_path)
+def test_the_best_model_is_logged_and_registered_with_its_alias(best_and_final, monkeypatch):
+    result, workdir = best_and_final
+    run_dir, store = run_dir_of(result), store_uri(workdir)
     client = MlflowClient(store)
     run_id = (run_dir / "run_id").read_text()
     models = run_models(client, run_id)
@@ -141,7 +154,10 @@ def test_the_best_model_is_logged_and_registered_with_its_alias(run_tntrun, tmp_
 
 
 def test_log_model_false_logs_no_model(run_tntrun, tmp_path):
-    result = run_tntrun(*TINY, "tracking.log_model=false", "tracking.register_model=unused")
+    """One rank: what is logged is the driver's record, not the ranks'."""
+    result = run_tntrun(
+        *TINY, "ranks_per_node=1", "tracking.log_model=false", "tracking.register_model=unused"
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run_dir = run_dir_of(result)
     client = MlflowClient(store_uri(tmp_path))

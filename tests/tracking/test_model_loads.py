@@ -176,10 +176,12 @@ def run_tags(workdir: Path, run_dir: Path) -> tuple[str, dict[str, str]]:
 
 
 def test_a_model_with_the_users_layers_loads_in_a_fresh_process_elsewhere(tmp_path):
+    """One rank: the claim is the logged model and where it loads, not the ranks. (The
+    refused layer keeps two: its one line is said once, not by every rank.)"""
     workdir, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
     workdir.mkdir(), elsewhere.mkdir()
     user_project(workdir, LAYERS, with_block=True)
-    result = tntrun_cli(workdir, *TINY)
+    result = tntrun_cli(workdir, *TINY, "ranks_per_node=1")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run_dir = run_dir_of(result)
     status, tags = run_tags(workdir, run_dir)

@@ -16,10 +16,12 @@ pytestmark = pytest.mark.slow
 
 
 def test_tags_description_and_the_experiment_from_the_environment(tmp_path):
+    """One rank: the labels are the driver's, in the store."""
     command = tntrun_command(
         tmp_path,
         "train.epochs=1",
         "tracking.system_metrics=false",
+        "ranks_per_node=1",
         "+tracking.tags.team=vision",
         "+tracking.tags.ticket=ML-42",
         "tracking.description=baseline before the augmentation change",

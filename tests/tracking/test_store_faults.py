@@ -2,11 +2,13 @@
 of the run is lost.
 
 One run, to spare CI (a run of the default digits experiment costs about 45 s here):
-real ranks (2 epochs of 22 steps) and a real SQLite store. The ranks hold after step 22
-(``InjectFault`` kind ``hold``) while the test makes the store unwritable (``chattr +i``
-on the file and its folder: tests run as root, where permissions stop no write); they
-hold again after the last step while the driver gets two SIGTERMs. The run must end
-FINISHED with exit 3, one line about the store and no traceback, its record pending.
+a real rank (2 epochs of 22 steps; one, ``ranks_per_node=1``: the claims are the driver's
+and the store's, and a second rank would only cost CPU) and a real SQLite store. The rank
+holds after step 22 (``InjectFault`` kind ``hold``) while the test makes the store
+unwritable (``chattr +i`` on the file and its folder: tests run as root, where permissions
+stop no write); it holds again after the last step while the driver gets two SIGTERMs.
+The run must end FINISHED with exit 3, one line about the store and no traceback, its
+record pending.
 ``tntrun sync`` then meets the store still unwritable (exit 3, the record kept); once the
 store is repaired it delivers every metric point, the model and FINISHED into it, and,
 from a copy of the run directory, into a fresh store with ``--tracking-uri``. Which errors
@@ -34,7 +36,7 @@ from tntrun.contract.exit_codes import EXIT_TRACKING_PENDING
 from tntrun.tracking.outage import Pending, sync_line
 
 STEPS_PER_EPOCH, EPOCHS = 22, 2  # the default digits run with train.epochs=2
-START_S = 180  # 2 ranks importing TensorFlow on a busy 2-core machine, then 22 steps
+START_S = 180  # a rank importing TensorFlow on a busy 2-core machine, then 22 steps
 # After the last hold: validation, the model saved and loaded back (MLflow's import on
 # rank 0), the ranks' exit and the driver's end (tracking.outage_grace_s=0), on a busy machine.
 END_S = 120
@@ -66,6 +68,7 @@ def start(tmp_path: Path, uri: str, *args: str) -> tuple[subprocess.Popen, Path]
         "tracking.log_every_steps=5",
         "tracking.outage_grace_s=0",
         "tracking.system_metrics_interval_s=1",
+        "ranks_per_node=1",
         *args,
     )
     process = subprocess.Popen(
