@@ -10,13 +10,12 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from tests.helpers.components import require_module
-from tests.helpers.plans import horovod_settings
+from tests.helpers.plans import with_horovod
 from tntrun.config.schema import HorovodConfig
 from tntrun.environments import detect, layout_from_hosts
 from tntrun.environments.slurm import horovod_env
 from tntrun.launch.launcher import LaunchSpec
 from tntrun.launch.srun import SrunLauncher
-from tntrun.planning.knobs import horovod_knobs
 
 # The schema's horovod.* (what a composed config holds), for the knobs of a test.
 HOROVOD = OmegaConf.to_container(OmegaConf.structured(HorovodConfig), enum_to_str=True)
@@ -82,12 +81,9 @@ def test_every_horovod_knob_reaches_srun_ranks_or_is_refused(tmp_path):
         "network_interface": "ib0",
     }
     spec = LaunchSpec(
-        hosts=(("n1", 2), ("n2", 2)),
-        world_size=4,
-        knobs=horovod_knobs(horovod_settings(hvd), tmp_path),
-        worker=("python",),
-        env=env,
+        hosts=(("n1", 2), ("n2", 2)), world_size=4, knobs=(), worker=("python",), env=env
     )
+    spec = with_horovod(spec, tmp_path, hvd)
     assert SrunLauncher().problems(spec) == []
     _, ranks_env = SrunLauncher().command(spec)
     for knob in spec.knobs:
@@ -101,9 +97,7 @@ def test_every_horovod_knob_reaches_srun_ranks_or_is_refused(tmp_path):
         "HOROVOD_CYCLE_TIME",
         "HOROVOD_GLOO_IFACE",
     } <= set(ranks_env)
-    ssh = replace(
-        spec, knobs=horovod_knobs(horovod_settings({**HOROVOD, "ssh_port": 2222}), tmp_path)
-    )
+    ssh = with_horovod(spec, tmp_path, {**HOROVOD, "ssh_port": 2222})
     assert SrunLauncher().problems(ssh) == [
         "horovod.ssh_port=2222 has no effect with launcher=srun (srun starts the ranks, nothing "
         "connects over ssh): remove it"

@@ -4,11 +4,14 @@ a plan draws (for the planning tests and those that check a plan's parts)."""
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
 from tntrun.config.schema import HorovodConfig
+from tntrun.launch.launcher import LaunchSpec
+from tntrun.planning.knobs import horovod_knobs
 from tntrun.planning.plan import DatasetInfo, MachineFacts, Plan, ResumePoint
 from tntrun.preparation import PlanInputs, typed_experiment
 
@@ -49,3 +52,10 @@ def line_points(svg: str) -> list[tuple[float, float]]:
 def horovod_settings(given: dict) -> HorovodConfig:
     """``horovod.*`` as the settings type it (``given``: plain values, enums by name)."""
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(HorovodConfig), given))
+
+
+def with_horovod(spec: LaunchSpec, run_dir: Path, given: dict) -> LaunchSpec:
+    """``spec`` launching with ``horovod.*`` = ``given`` (plain values): the typed settings
+    and the knobs they render, as the planner hands both to a launcher."""
+    settings = horovod_settings(given)
+    return replace(spec, horovod=settings, knobs=horovod_knobs(settings, run_dir))

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 from omegaconf import OmegaConf
 
-from tests.helpers.plans import horovod_settings
+from tests.helpers.plans import with_horovod
 from tntrun.config.schema import HorovodConfig
 from tntrun.contract.rank_logs import RANK_LINE, RankLogWriter, find_failure
 from tntrun.environments.mpi import MpiTasks
@@ -24,7 +24,7 @@ from tntrun.launch.mpirun import (
     mpi_kind,
     mpi_problems,
 )
-from tntrun.planning.knobs import HorovodKnob, horovod_knobs
+from tntrun.planning.knobs import HorovodKnob
 
 HOROVOD = OmegaConf.to_container(OmegaConf.structured(HorovodConfig), enum_to_str=True)
 WORKER = ("/venv/bin/python", "-m", "tntrun.engine.worker", "/runs/r1")
@@ -39,8 +39,8 @@ SPEC = LaunchSpec(hosts=(("localhost", 2),), world_size=2, knobs=(), worker=WORK
 
 
 def two_hosts(tmp_path, **horovod) -> LaunchSpec:
-    knobs = horovod_knobs(horovod_settings({**HOROVOD, **horovod}), tmp_path)
-    return replace(SPEC, hosts=(("10.77.0.1", 1), ("10.77.0.2", 1)), knobs=knobs)
+    spec = replace(SPEC, hosts=(("10.77.0.1", 1), ("10.77.0.2", 1)))
+    return with_horovod(spec, tmp_path, {**HOROVOD, **horovod})
 
 
 def test_both_registry_names_are_the_mpirun_launcher():
@@ -117,10 +117,7 @@ def test_inside_a_slurm_allocation_the_mpi_reaches_the_hosts_through_slurm_not_s
 
 def test_every_horovod_knob_reaches_the_ranks_as_a_variable(tmp_path):
     hvd = {**HOROVOD, "fusion_threshold_kb": 64, "cycle_time_ms": 2.5, "timeline": True}
-    spec = replace(
-        SPEC,
-        knobs=horovod_knobs(horovod_settings({**hvd, "hierarchical_allreduce": True}), tmp_path),
-    )
+    spec = with_horovod(SPEC, tmp_path, {**hvd, "hierarchical_allreduce": True})
     for mpi in (OPENMPI, HYDRA):
         assert MpirunLauncher(mpi).problems(spec) == []
         _, env = MpirunLauncher(mpi).command(spec)
@@ -157,9 +154,7 @@ def test_what_mpirun_cannot_render_is_one_line(mpi, knobs, problem):
 
 
 def test_ssh_keys_for_this_machine_alone_have_no_effect(tmp_path):
-    local = replace(
-        SPEC, knobs=horovod_knobs(horovod_settings({**HOROVOD, "ssh_port": 2222}), tmp_path)
-    )
+    local = with_horovod(SPEC, tmp_path, {**HOROVOD, "ssh_port": 2222})
     assert mpi_problems(local, OPENMPI, {"localhost", "vm"}) == [
         "horovod.ssh_port=2222 has no effect with launcher=mpirun on this machine alone "
         "(mpirun reaches no host by ssh): remove it"

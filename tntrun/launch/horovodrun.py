@@ -36,7 +36,7 @@ class HorovodrunLauncher(Launcher):
             "-H",
             ",".join(f"{host}:{slots}" for host, slots in spec.hosts),
             "--start-timeout",
-            str(spec.start_timeout),
+            str(spec.horovod.start_timeout),
             *args,
             *spec.worker,
         )

@@ -39,7 +39,8 @@ class LaunchSpec:
     world_size: int
     knobs: tuple[HorovodKnob, ...]
     worker: tuple[str, ...]  # the rank's command: python -m tntrun.engine.worker <run dir>
-    start_timeout: int = HorovodConfig.start_timeout  # the schema's default, stated there
+    # The typed horovod.* settings the knobs render (start timeout, ssh, NIC are read here).
+    horovod: HorovodConfig = field(default_factory=HorovodConfig)
     cpu_only: bool = True
     pin_to_socket: bool = False  # a launcher that binds ranks binds each to its socket
     cores_per_node: int | None = None  # the driver's node's (binding more ranks overloads)
@@ -106,7 +107,7 @@ def with_launch_command(plan: Plan, facts: MachineFacts) -> Plan:
         world_size=plan.world_size,
         knobs=plan.horovod,
         worker=plan.worker,
-        start_timeout=plan.settings.horovod.start_timeout,
+        horovod=plan.settings.horovod,
         cpu_only=plan.gpus_per_node == 0,
         pin_to_socket=plan.pin_to_socket,
         cores_per_node=facts.cores_per_node,

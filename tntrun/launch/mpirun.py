@@ -22,19 +22,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tntrun.config.schema import HorovodConfig
 from tntrun.contract import run_files
 from tntrun.environments.mpi import MpiTasks
 from tntrun.launch.launcher import Launcher, LaunchSpec, base_environment
 from tntrun.launch.remote_hosts import is_local, local_addresses
 from tntrun.launch.remote_hosts import ssh_options as remote_ssh_options
 from tntrun.launch.rendezvous import RENDEZVOUS_VARIABLES, serving_rendezvous
-from tntrun.planning.knobs import HorovodKnob
 
 if TYPE_CHECKING:
     from tntrun.planning.plan import Plan
 
 OPEN_MPI, MPICH = "Open MPI", "MPICH"
-SSH_KNOBS = ("ssh_port", "ssh_identity_file")  # mpirun's ssh to remote hosts
 # What the driver adds to the ranks' environment at launch (tntrun.launch.supervisor, the
 # rendezvous server), beyond the variables command() renders: Open MPI exports only those
 # named with -x to remote hosts. (MPICH's Hydra passes its whole environment.)
@@ -100,14 +99,14 @@ def mpi_problems(spec: LaunchSpec, mpi: InstalledMpi, local: set[str]) -> list[s
         f"horovod.{knob.key}={knob.value} has no effect with launcher=mpirun (it sets no "
         "variable the ranks could read): remove it"
         for knob in spec.knobs
-        if not knob.env and not knob.in_rank and knob.key not in SSH_KNOBS
+        if not knob.env and not knob.in_rank and not knob.over_ssh
     ]
     if all(is_local(host, local) for host, _ in spec.hosts):
         problems += [
             f"horovod.{knob.key}={knob.value} has no effect with launcher=mpirun on this "
             "machine alone (mpirun reaches no host by ssh): remove it"
             for knob in spec.knobs
-            if knob.key in SSH_KNOBS
+            if knob.over_ssh
         ]
     return problems
 
@@ -121,17 +120,11 @@ def rank_variables(spec: LaunchSpec) -> dict[str, str]:
     return env
 
 
-def ssh_options(knobs: tuple[HorovodKnob, ...]) -> list[str]:
+def ssh_options(hvd: HorovodConfig) -> list[str]:
     """The ssh options mpirun's agent needs to reach remote hosts (as horovodrun's)."""
-    given = {knob.key: knob.value for knob in knobs if knob.key in SSH_KNOBS}
-    if not given:
+    if hvd.ssh_port is None and hvd.ssh_identity_file is None:
         return []
-    identity = given.get("ssh_identity_file")
-    return remote_ssh_options(given.get("ssh_port"), None if identity is None else str(identity))
-
-
-def network_interface(knobs: tuple[HorovodKnob, ...]) -> str | None:
-    return next((str(k.value) for k in knobs if k.key == "network_interface"), None)
+    return remote_ssh_options(hvd.ssh_port, hvd.ssh_identity_file)
 
 
 def openmpi_command(spec: LaunchSpec, mpi: InstalledMpi, names: list[str]) -> tuple[str, ...]:
@@ -155,10 +148,10 @@ def openmpi_command(spec: LaunchSpec, mpi: InstalledMpi, names: list[str]) -> tu
     ]
     if mpi.as_root:
         args.append("--allow-run-as-root")
-    ssh = ssh_options(spec.knobs)
+    ssh = ssh_options(spec.horovod)
     if ssh:
         args += ["--mca", "plm_rsh_args", " ".join(ssh)]
-    nic = network_interface(spec.knobs)
+    nic = spec.horovod.network_interface
     if nic:
         args += ["--mca", "oob_tcp_if_include", nic]
     for name in names:
@@ -184,11 +177,11 @@ def mpich_command(
         "-prepend-rank",  # "[<rank>] ": the per-rank logs split by rank
     ]
     launcher_env: dict[str, str] = {}
-    ssh = ssh_options(spec.knobs)
+    ssh = ssh_options(spec.horovod)
     if ssh:
         args += ["-launcher", "ssh"]
         launcher_env["HYDRA_LAUNCHER_EXTRA_ARGS"] = " ".join(ssh)
-    nic = network_interface(spec.knobs)
+    nic = spec.horovod.network_interface
     if nic:
         args += ["-iface", nic]
     for name, value in sorted(env.items()):

@@ -38,7 +38,7 @@ class SrunLauncher(Launcher):
                 "SLURM_JOB_NODELIST here; use launcher=horovodrun"
             ]
         # Every other knob reaches the ranks as HOROVOD_* variables (command()); these cannot.
-        no_effect = [knob for knob in spec.knobs if knob.launcher_only not in (None, self.name)]
+        no_effect = [knob for knob in spec.knobs if knob.over_ssh]
         if no_effect:
             return [
                 f"horovod.{knob.key}={knob.value} has no effect with launcher=srun (srun "

@@ -2,7 +2,9 @@
 
 Pure. Each knob says how it reaches Horovod in both forms a launcher may use:
 ``args`` for horovodrun's command line and ``env`` for ``HOROVOD_*`` variables
-(what horovodrun itself turns its flags into, and all an ``srun`` rank gets).
+(what horovodrun itself turns its flags into, and all an ``srun`` rank gets). The knobs
+are the rendered form, for commands and the dry run; code that needs a setting's value
+reads the typed :class:`HorovodConfig` (``plan.settings.horovod``), never a knob by name.
 """
 
 from __future__ import annotations
@@ -25,13 +27,13 @@ class HorovodKnob:
     value: Any
     env: tuple[tuple[str, str], ...] = ()  # HOROVOD_* variables
     args: tuple[str, ...] = ()  # horovodrun's form, when it has one (else it gets env)
-    in_rank: bool = False  # applied by the ranks themselves (DistributedOptimizer)
-    launcher_only: str | None = None  # meaningful only for this launcher (ssh settings)
+    in_rank: bool = False  # applied by the ranks' averaging optimizer (engine/data_parallel)
+    over_ssh: bool = False  # how a launcher reaches the hosts by ssh (horovodrun, mpirun)
 
     def describe(self) -> str:
         """How the knob is applied, for the dry run."""
         if self.in_rank:
-            return "in-rank DistributedOptimizer"
+            return "the ranks' gradient averaging"
         parts = [f"{name}={value}" for name, value in self.env]
         if self.args:
             parts.insert(0, " ".join(self.args))
@@ -39,8 +41,11 @@ class HorovodKnob:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> HorovodKnob:
+        known = {k: v for k, v in raw.items() if k != "launcher_only"}
+        if "launcher_only" in raw:  # plans written before over_ssh: the ssh knobs had it
+            known["over_ssh"] = raw["launcher_only"] is not None
         return cls(
-            **{**raw, "env": tuple(tuple(kv) for kv in raw["env"]), "args": tuple(raw["args"])}
+            **{**known, "env": tuple(tuple(kv) for kv in raw["env"]), "args": tuple(raw["args"])}
         )
 
 
@@ -128,7 +133,7 @@ def network_knobs(hvd: HorovodConfig) -> list[HorovodKnob]:
         value = getattr(hvd, key)
         if value is not None:
             args = (flag, str(value))
-            knobs.append(HorovodKnob(key, value, args=args, launcher_only="horovodrun"))
+            knobs.append(HorovodKnob(key, value, args=args, over_ssh=True))
     return knobs
 
 

@@ -154,7 +154,7 @@ class Plan:
                 "shown for SGD [Goyal et al.]; for adaptive optimizers the square-root rule is "
                 "the usual one: schedule.scaling=sqrt"
             )
-        if self.gpus_per_node == 0 and any(k.key == "hierarchical_allreduce" for k in self.horovod):
+        if self.gpus_per_node == 0 and self.settings.horovod.hierarchical_allreduce:
             notes.append(
                 "horovod.hierarchical_allreduce=true has no effect on CPU ranks (gpus=0): "
                 "Horovod's hierarchical allreduce is NCCL's, so the allreduce stays flat"

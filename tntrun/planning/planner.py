@@ -176,7 +176,7 @@ def planned_steps(settings: Settings, data: DatasetInfo, layout: Layout) -> Step
     the schedule in steps (training steps, as Keras's ``optimizer.iterations`` counts them,
     also under gradient accumulation)."""
     global_batch = layout.global_batch_size
-    passes = next(k.value for k in layout.knobs if k.key == "backward_passes_per_step")
+    passes = settings.horovod.backward_passes_per_step
     samples = data.num_train
     drop = settings.train.drop_remainder
     steps = samples // global_batch if drop else math.ceil(samples / global_batch)
@@ -248,7 +248,7 @@ def build_plan(
     start = starting_point(settings, resume, layout, steps)
     pin, per_node = settings.pin_to_socket, layout.ranks_per_node
     sockets = settings.sockets_per_node or facts.sockets_per_node
-    fusion = next((k.value * 1024 for k in layout.knobs if k.key == "fusion_threshold_kb"), None)
+    fusion_kb = settings.horovod.fusion_threshold_kb
     return Plan(
         nodes=settings.nodes,
         ranks_per_node=per_node,
@@ -275,7 +275,7 @@ def build_plan(
         lr_scaling=settings.schedule.scaling.value,
         scaled_lr=steps.scaled_lr,
         schedule=steps.schedule,
-        fusion_threshold_bytes=fusion,
+        fusion_threshold_bytes=None if fusion_kb is None else fusion_kb * 1024,
         horovod=layout.knobs,
         launcher=settings.launcher,
         elastic_nodes=node_range(settings),
