@@ -36,7 +36,7 @@ from tntrun.planning.resume import AUTO, ResumedRun, first_resumable, load_resum
 from tntrun.planning.schedule_chart import write_schedule_chart
 from tntrun.planning.view import render_plan
 from tntrun.preparation import (
-    Facts,
+    DriverFacts,
     PlanInputs,
     TypedExperiment,
     gather_facts,
@@ -101,7 +101,7 @@ class Planned:
     tracker: Tracker
 
 
-def plan_run(exp: Experiment, facts: Facts, run_dir: Path) -> Planned:
+def plan_run(exp: Experiment, facts: DriverFacts, run_dir: Path) -> Planned:
     """Type the config, find the run to continue (if any) and derive the plan; raises
     PlanError. Writes nothing into the run directory."""
     allocated = facts.machine.allocation
@@ -117,7 +117,7 @@ def plan_run(exp: Experiment, facts: Facts, run_dir: Path) -> Planned:
     return Planned(typed, plan, sized, inputs, resumed, tracker)
 
 
-def start(exp: Experiment, facts: Facts, planned: Planned, run_dir: Path) -> RunResult:
+def start(exp: Experiment, facts: DriverFacts, planned: Planned, run_dir: Path) -> RunResult:
     """Write the run's inputs into its (locked) directory and launch it (or dry-run it)."""
     typed, plan, resumed, tracker = planned.typed, planned.plan, planned.resumed, planned.tracker
     if resumed:
@@ -154,7 +154,7 @@ def start(exp: Experiment, facts: Facts, planned: Planned, run_dir: Path) -> Run
     recorder = Recorder(
         tracker, plan, typed.recorded, run_dir, origin, resumed, planned.inputs.info
     )
-    return launch(recorder, planned.inputs, plan, facts.cluster)
+    return supervise_and_record(recorder, planned.inputs, plan, facts.cluster)
 
 
 def write_inputs(planned: Planned, run_dir: Path) -> None:
@@ -175,7 +175,7 @@ def problems_of(err: ValueError) -> list[str]:
 
 
 def resume_reference(
-    typed: TypedExperiment, tracker: Tracker, facts: Facts
+    typed: TypedExperiment, tracker: Tracker, facts: DriverFacts
 ) -> tuple[str | None, str]:
     """The run to continue and how it was chosen: ``resume=`` as given; for ``resume=auto``
     the newest unfinished run of this config with a checkpoint, and for a requeued Slurm
@@ -223,7 +223,7 @@ def resume_of(
     )
 
 
-def launch(
+def supervise_and_record(
     recorder: Recorder, inputs: PlanInputs, plan: Plan, cluster: ClusterEnvironment
 ) -> RunResult:
     """Start the ranks (the supervisor) and record the run beside them (the recorder)."""

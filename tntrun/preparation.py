@@ -31,7 +31,7 @@ from tntrun.planning.resume import ResumePoint
 
 
 @dataclass(frozen=True)
-class Facts:
+class DriverFacts:
     """Where the driver runs, learnt once per run: the cluster environment (its allocation,
     job tags, requeue), this machine (cores, GPUs, interpreter) and the job the scheduler
     requeued, if it did (a run to continue)."""
@@ -41,10 +41,10 @@ class Facts:
     requeued_job: str | None = None
 
 
-def gather_facts(environ: Mapping[str, str] = os.environ) -> Facts:
+def gather_facts(environ: Mapping[str, str] = os.environ) -> DriverFacts:
     cluster = detect(environ)
     requeued = cluster.requeued_job()
-    return Facts(cluster, machine_facts(cluster), requeued)
+    return DriverFacts(cluster, machine_facts(cluster), requeued)
 
 
 @dataclass(frozen=True)

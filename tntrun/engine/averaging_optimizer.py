@@ -18,7 +18,8 @@ from tntrun.engine import keras_internals
 from tntrun.engine.gradient_averaging import allreduce_gradients, scaled
 from tntrun.engine.step_agreement import StepAgreement
 
-SETTINGS = "_tntrun_data_parallel"  # the instance attribute, invisible to Keras and TF tracking
+# The instance attribute holding the AveragingState, invisible to Keras and TF tracking.
+STATE_ATTRIBUTE = "_tntrun_data_parallel"
 
 
 @dataclasses.dataclass(eq=False)
@@ -32,8 +33,9 @@ class _Accumulation:
 
 
 @dataclasses.dataclass(eq=False)
-class Settings:
-    """What :func:`data_parallel` was asked for, plus the step's transient state."""
+class AveragingState:
+    """What :func:`data_parallel` was asked for, and the mutable state of the step being
+    traced (the loss it noted, the accumulation); kept on the optimizer instance."""
 
     compression: Any = hvd.Compression.none
     backward_passes_per_step: int = 1
@@ -68,11 +70,11 @@ class _DataParallel:
     """Mixed in before a Keras 3 optimizer class: ``apply`` averages over the ranks."""
 
     @property
-    def _data_parallel(self) -> Settings:
+    def _data_parallel(self) -> AveragingState:
         # An instance made by from_config of this class (a clone) still averages.
-        if SETTINGS not in self.__dict__:
-            object.__setattr__(self, SETTINGS, Settings())
-        return self.__dict__[SETTINGS]
+        if STATE_ATTRIBUTE not in self.__dict__:
+            object.__setattr__(self, STATE_ATTRIBUTE, AveragingState())
+        return self.__dict__[STATE_ATTRIBUTE]
 
     @property
     def learning_rate(self):
@@ -315,4 +317,4 @@ def is_data_parallel(optimizer: Any) -> bool:
 def make_plain(optimizer: Any) -> None:
     """Undo :func:`data_parallel`: back to the optimizer's original class."""
     object.__setattr__(optimizer, "__class__", type(optimizer)._tntrun_base)
-    optimizer.__dict__.pop(SETTINGS, None)
+    optimizer.__dict__.pop(STATE_ATTRIBUTE, None)

@@ -75,8 +75,8 @@ import keras
 import tensorflow as tf
 
 from tntrun.engine.averaging_optimizer import (
-    SETTINGS,
-    Settings,
+    STATE_ATTRIBUTE,
+    AveragingState,
     current_graph,
     data_parallel_class,
     is_data_parallel,
@@ -128,7 +128,7 @@ def data_parallel(
         make_plain(inner)
     if not is_data_parallel(optimizer):
         object.__setattr__(optimizer, "__class__", data_parallel_class(type(optimizer)))
-    object.__setattr__(optimizer, SETTINGS, settings)
+    object.__setattr__(optimizer, STATE_ATTRIBUTE, settings)
     return optimizer
 
 
@@ -145,7 +145,7 @@ def _check_optimizer(optimizer: Any) -> None:
             )
 
 
-def _earlier_settings(optimizer: Any) -> Settings:
+def _earlier_settings(optimizer: Any) -> AveragingState:
     """A fresh copy of the settings of an earlier :func:`data_parallel` on ``optimizer`` or
     on its inner optimizer (else the defaults)."""
     inner = getattr(optimizer, "inner_optimizer", None)
@@ -153,11 +153,11 @@ def _earlier_settings(optimizer: Any) -> Settings:
     if any(settings.traced for settings in earlier):
         raise ValueError("this optimizer has trained already: call data_parallel before that")
     if not earlier:
-        return Settings()
+        return AveragingState()
     return dataclasses.replace(earlier[0], accumulation=None, noted=None, scaled_in=None)
 
 
-def _check_settings(settings: Settings) -> None:
+def _check_settings(settings: AveragingState) -> None:
     passes = settings.backward_passes_per_step
     if not isinstance(passes, int) or passes < 1:
         raise ValueError(f"backward_passes_per_step={passes!r}: need an int >= 1")

@@ -1,4 +1,5 @@
-"""Start the ranks with ``horovodrun`` and relay their output.
+"""Start the ranks with the plan's launch command (horovodrun, srun or mpirun) and relay
+their output.
 
 The launcher runs in its own process group so that Ctrl-C on the driver stops
 every rank it started, and nothing is left behind.

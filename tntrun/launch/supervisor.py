@@ -29,12 +29,12 @@ from tntrun.contract.driver_alive import DriverHeartbeat
 from tntrun.contract.rank_logs import RankLogWriter
 from tntrun.contract.run_status import RunStatus
 from tntrun.errors import PlanError
+from tntrun.launch.attempt_logs import archive_attempt
 from tntrun.launch.discovery import Hosts
 from tntrun.launch.elastic import ElasticHosts
 from tntrun.launch.launcher import launcher_for
 from tntrun.launch.preemption import StopOnSignals
 from tntrun.launch.rank_job import LaunchResult, RankJob, StallWatch
-from tntrun.launch.restarts import archive_attempt
 from tntrun.planning.plan import Plan
 from tntrun.planning.resume import ResumePoint
 
@@ -163,7 +163,7 @@ class Supervisor:
         heartbeat.start()
         try:
             outcome = self.attempt(env, lambda: events.ranks_started(self.stop_ranks))
-            while self.restart_after(outcome, events):
+            while self.restart_if_due(outcome, events):
                 outcome = self.attempt(env)
             return outcome
         finally:
@@ -196,12 +196,16 @@ class Supervisor:
             ),
         )
 
-    def restart_after(self, outcome: LaunchResult, events: RankEvents) -> bool:
-        """After an attempt: an elastic run goes on with the hosts it has now; after a
-        failed attempt, re-plan from the newest checkpoint (train.max_restarts)."""
+    def restart_if_due(self, outcome: LaunchResult, events: RankEvents) -> bool:
+        """After an attempt, restart the ranks where it is due (whether they restarted): an
+        elastic run goes on with the hosts it has now; after a failed attempt, re-plan from
+        the newest checkpoint (train.max_restarts)."""
         if self.signalled():
             return False
-        hosts = self.elastic_hosts(outcome)
+        if self.elastic is not None and self.elastic.growing and self.preempted():
+            self.clear_stop_marks()  # stopped for the hosts that came, not preempted
+            return self.restart(outcome, events, self.elastic.growing)
+        hosts = self.hosts_after_failure(outcome)
         if hosts is not None:
             return self.restart(outcome, events, hosts)
         limit = self.plan.settings.train.max_restarts
@@ -212,16 +216,14 @@ class Supervisor:
             return False
         return self.restart(outcome, events)
 
-    def elastic_hosts(self, outcome: LaunchResult) -> Hosts | None:
-        """The hosts an elastic run goes on with after this attempt (None: the same ones,
-        or not elastic)."""
-        if self.elastic is None:
-            return None
-        if self.elastic.growing and self.preempted():  # stopped for hosts that came
-            for name in (run_files.PREEMPTED, run_files.STOP_REQUEST):
-                (self.run_dir / name).unlink(missing_ok=True)
-            return self.elastic.growing
-        if outcome.status != RunStatus.FAILED:
+    def clear_stop_marks(self) -> None:
+        for name in (run_files.PREEMPTED, run_files.STOP_REQUEST):
+            (self.run_dir / name).unlink(missing_ok=True)
+
+    def hosts_after_failure(self, outcome: LaunchResult) -> Hosts | None:
+        """The hosts an elastic run goes on with after a failed attempt (None: the same
+        ones, not elastic, or too few: :attr:`too_few_hosts`)."""
+        if self.elastic is None or outcome.status != RunStatus.FAILED:
             return None
         hosts = self.elastic.after_failure(self.plan.hosts)
         self.too_few_hosts = hosts is None
