@@ -2,6 +2,7 @@
 
 import re
 import shutil
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -75,3 +76,19 @@ def test_every_relative_link_in_the_readme_exists():
     assert any(t.startswith("docs/") for t in local)
     missing = [t for t in local if not (ROOT / t).exists()]
     assert not missing, f"README links to files that do not exist: {missing}"
+
+
+def contract_layers() -> list[str]:
+    """The ``layers`` of pyproject.toml's import contract, without the ``tntrun.`` prefix."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (layers,) = [c["layers"] for c in config["contracts"] if c["id"] == "layers"]
+    return [layer.replace("tntrun.", "") for layer in layers]
+
+
+def test_the_layers_in_development_md_are_the_import_contracts():
+    text = (ROOT / "docs" / "development.md").read_text()
+    block = text.split("### Layers", 1)[1].split("```", 2)[1]
+    documented = [
+        re.split(r"\s{2,}", line.strip())[0] for line in block.splitlines() if line[:1].strip()
+    ]
+    assert documented == contract_layers(), "docs/development.md's Layers block: update it"
