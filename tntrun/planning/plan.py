@@ -28,39 +28,48 @@ SELF_BINDING = "numactl"  # a rank binds itself: it re-executes under numactl
 
 __all__ = ["DatasetInfo", "MachineFacts", "Plan", "PlanError", "ResumePoint"]
 
+# What the plan reads from its settings (properties), in plan.json for its readers.
+FROM_SETTINGS = (
+    "nodes",
+    "world_size",
+    "gpus_per_node",
+    "pin_to_socket",
+    "launcher",
+    "epochs",
+    "total_steps",
+    "backward_passes_per_step",
+    "effective_batch_size",
+    "optimizer_steps",
+    "base_lr",
+    "base_batch_size",
+    "lr_scaling",
+    "fusion_threshold_bytes",
+    "precision",
+    "jit_compile",
+)
+
 
 @dataclass(frozen=True)
 class Plan:
-    """Immutable derived plan of one training run."""
+    """Immutable derived plan of one training run: the facts derived from the settings, the
+    data and the machine. What the settings say already is a property reading
+    ``settings`` (:data:`FROM_SETTINGS`), written into plan.json beside the fields for
+    whoever reads the file."""
 
-    nodes: int
     ranks_per_node: int
-    world_size: int
-    gpus_per_node: int
     hosts: tuple[tuple[str, int], ...]
     placements: tuple[RankPlacement, ...]
-    pin_to_socket: bool
     threads_per_rank: int
     global_batch_size: int
     micro_batch_size: int
     val_micro_batch_size: int
-    backward_passes_per_step: int
-    effective_batch_size: int
     num_train: int
     num_val: int
     steps_per_epoch: int
-    epochs: int  # trained by this run (train.epochs)
     schedule_epochs: int  # the LR schedule's length (schedule.epochs, else train.epochs)
-    total_steps: int
-    optimizer_steps: int
-    base_lr: float
-    base_batch_size: int
-    lr_scaling: str
     scaled_lr: float
     schedule: ScheduleParams
-    fusion_threshold_bytes: int | None
     horovod: tuple[HorovodKnob, ...]
-    launcher: str
     elastic_nodes: tuple[int, int] | None  # (min, max) nodes an elastic run may go on at
     # The typed settings the plan was derived from: all a rank reads besides the plan's own
     # numbers (its policies: restarts, checkpoints, preemption, tracking, evaluation).
@@ -70,8 +79,6 @@ class Plan:
     initial_epoch: int = 0
     initial_step: int = 0
     initial_batch: int = 0  # batches of initial_epoch trained before (a preempted run's)
-    precision: str = "float32"  # train.precision: the ranks' Keras dtype policy
-    jit_compile: bool = False  # train.jit_compile: forward and backward pass compiled by XLA
     worker: tuple[str, ...] = ()  # each rank's command: python -m tntrun.engine.worker <run dir>
     # Rendered by the launcher from the plan (tntrun.launch.with_launch_command), recorded here.
     launch_command: tuple[str, ...] = ()
@@ -82,6 +89,7 @@ class Plan:
 
     def to_json(self) -> str:
         raw = dataclasses.asdict(replace(self, settings=None))
+        raw.update({name: getattr(self, name) for name in FROM_SETTINGS})
         raw["settings"] = plain_settings(self.settings)  # its enums by value
         return json.dumps(raw, indent=2)
 
@@ -89,7 +97,7 @@ class Plan:
     def from_json(cls, text: str, config_file: Path | None = None) -> Plan:
         """The plan ``to_json`` wrote; one written before plans carried their settings takes
         them from its run directory's ``config_file``."""
-        raw = json.loads(text)
+        raw = {k: v for k, v in json.loads(text).items() if k not in FROM_SETTINGS}
         if config_file is not None:
             raw["settings"], raw["config_hash"] = recorded_settings(config_file)
         raw["hosts"] = tuple(tuple(h) for h in raw["hosts"])
@@ -116,6 +124,75 @@ class Plan:
         if '"settings"' not in text:  # written before plans carried their settings
             return cls.from_json(text, path.parent / run_files.CONFIG)
         return cls.from_json(text)
+
+    @property
+    def nodes(self) -> int:
+        return self.settings.nodes
+
+    @property
+    def world_size(self) -> int:
+        return sum(slots for _, slots in self.hosts)
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.settings.gpus
+
+    @property
+    def pin_to_socket(self) -> bool:
+        return self.settings.pin_to_socket
+
+    @property
+    def launcher(self) -> str:
+        return self.settings.launcher
+
+    @property
+    def epochs(self) -> int:
+        """Trained by this run (train.epochs); the schedule may be longer (schedule_epochs)."""
+        return self.settings.train.epochs
+
+    @property
+    def total_steps(self) -> int:
+        return self.steps_per_epoch * self.epochs
+
+    @property
+    def backward_passes_per_step(self) -> int:
+        return self.settings.horovod.backward_passes_per_step
+
+    @property
+    def effective_batch_size(self) -> int:
+        """Samples per optimizer update: the global batch times the accumulated passes."""
+        return self.global_batch_size * self.backward_passes_per_step
+
+    @property
+    def optimizer_steps(self) -> int:
+        return self.total_steps // self.backward_passes_per_step
+
+    @property
+    def base_lr(self) -> float:
+        return self.settings.optimizer["base_lr"]
+
+    @property
+    def base_batch_size(self) -> int:
+        return self.settings.optimizer["base_batch_size"]
+
+    @property
+    def lr_scaling(self) -> str:
+        return self.settings.schedule.scaling.value
+
+    @property
+    def fusion_threshold_bytes(self) -> int | None:
+        kb = self.settings.horovod.fusion_threshold_kb
+        return None if kb is None else kb * 1024
+
+    @property
+    def precision(self) -> str:
+        """train.precision: the ranks' Keras dtype policy."""
+        return self.settings.train.precision.value
+
+    @property
+    def jit_compile(self) -> bool:
+        """train.jit_compile: forward and backward pass compiled by XLA."""
+        return self.settings.train.jit_compile
 
     @property
     def stops_early(self) -> bool:

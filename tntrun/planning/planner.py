@@ -244,40 +244,24 @@ def build_plan(
     """
     layout = checked_layout(settings, data, facts, run_dir)
     steps = planned_steps(settings, data, layout)
-    epochs = settings.train.epochs
     start = starting_point(settings, resume, layout, steps)
     pin, per_node = settings.pin_to_socket, layout.ranks_per_node
     sockets = settings.sockets_per_node or facts.sockets_per_node
-    fusion_kb = settings.horovod.fusion_threshold_kb
     return Plan(
-        nodes=settings.nodes,
         ranks_per_node=per_node,
-        world_size=layout.world_size,
-        gpus_per_node=settings.gpus,
         hosts=layout.hosts,
         placements=place_ranks(layout.hosts, settings.gpus, sockets if pin else None),
-        pin_to_socket=pin,
         threads_per_rank=settings.threads_per_rank or max(1, facts.cores_per_node // per_node),
         global_batch_size=layout.global_batch_size,
         micro_batch_size=layout.micro_batch_size,
         val_micro_batch_size=settings.val_micro_batch_size or layout.micro_batch_size,
-        backward_passes_per_step=steps.backward_passes,
-        effective_batch_size=steps.effective_batch_size,
         num_train=data.num_train,
         num_val=data.num_val,
         steps_per_epoch=steps.per_epoch,
-        epochs=epochs,
         schedule_epochs=steps.schedule_epochs,
-        total_steps=steps.per_epoch * epochs,
-        optimizer_steps=steps.per_epoch * epochs // steps.backward_passes,
-        base_lr=settings.optimizer["base_lr"],
-        base_batch_size=settings.optimizer["base_batch_size"],
-        lr_scaling=settings.schedule.scaling.value,
         scaled_lr=steps.scaled_lr,
         schedule=steps.schedule,
-        fusion_threshold_bytes=None if fusion_kb is None else fusion_kb * 1024,
         horovod=layout.knobs,
-        launcher=settings.launcher,
         elastic_nodes=node_range(settings),
         settings=settings,
         config_hash=config_hash,
@@ -285,7 +269,5 @@ def build_plan(
         initial_epoch=start[0],
         initial_step=start[1],
         initial_batch=start[2],
-        precision=settings.train.precision.value,
-        jit_compile=settings.train.jit_compile,
         worker=(facts.python, "-m", WORKER_MODULE, str(run_dir)),
     )
