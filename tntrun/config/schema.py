@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
 
@@ -272,6 +272,10 @@ class TrackingConfig:
     register_model: str | None = None
     # The alias the new version gets (e.g. candidate): load it as models:/NAME@ALIAS.
     register_alias: str | None = None
+
+
+# The tracking keys MLflow's tracker takes; another tracker's own keys are beyond them.
+TRACKING_KEYS = frozenset(f.name for f in fields(TrackingConfig))
 
 
 @dataclass

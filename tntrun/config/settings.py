@@ -21,7 +21,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from tntrun.config.schema import TntrunConfig, TrackingConfig
+from tntrun.config.schema import TRACKING_KEYS, TntrunConfig, TrackingConfig
 from tntrun.contract.checkpoints import config_hash
 from tntrun.errors import PlanError
 
@@ -44,9 +44,8 @@ class Settings(TntrunConfig):
 def settings_of(plain: Mapping[str, Any]) -> Settings:
     """Type a resolved config (a plain nested mapping, enums as names or members)."""
     refuse_unknown_keys(plain)
-    known = {f.name for f in fields(TrackingConfig)}
     tracking = dict(plain.get("tracking") or {})
-    options = {k: tracking.pop(k) for k in list(tracking) if k not in known}
+    options = {k: tracking.pop(k) for k in list(tracking) if k not in TRACKING_KEYS}
     typed_part = {k: v for k, v in plain.items() if k not in TARGET_SECTIONS}
     typed_part.update({k: {} for k in TARGET_SECTIONS})  # set below, as given
     typed_part["tracking"] = tracking
@@ -77,8 +76,7 @@ def refuse_unknown_keys(plain: Mapping[str, Any]) -> None:
 def tracking_settings(tracking: Mapping[str, Any]) -> TrackingConfig:
     """A ``tracking`` section alone, typed (a sweep's, whose jobs have the whole settings);
     another tracker's own keys are left out."""
-    known = {f.name for f in fields(TrackingConfig)}
-    given = {k: v for k, v in tracking.items() if k in known}
+    given = {k: v for k, v in tracking.items() if k in TRACKING_KEYS}
     typed = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TrackingConfig), given))
     assert isinstance(typed, TrackingConfig)  # noqa: S101  # to_object of a TrackingConfig node
     return typed

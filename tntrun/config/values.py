@@ -7,14 +7,13 @@ its own layout and batch checks, before any rank starts.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 import signal
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tntrun.config.schema import TrackingConfig
+from tntrun.config.schema import TRACKING_KEYS, TrackingConfig
 from tntrun.config.settings import Settings
 from tntrun.datasets.base import DatasetInfo
 
@@ -94,10 +93,9 @@ def unknown_tracking_keys(settings: Settings) -> list[str]:
     param and do nothing). Another tracker (``tracking._target_``) takes its own keys."""
     if settings.tracking._target_ != TrackingConfig._target_:
         return []
-    known = {f.name for f in dataclasses.fields(TrackingConfig)}
+    keys = ", ".join(sorted(TRACKING_KEYS - {"_target_"}))
     return [
-        f"tracking.{key}: no such key: use one of {', '.join(sorted(known - {'_target_'}))} "
-        "(tags go in +tracking.tags.<name>=<value>)"
+        f"tracking.{key}: no such key: use one of {keys} (tags go in +tracking.tags.<name>=<value>)"
         for key in settings.tracker_options
     ]
 
