@@ -164,8 +164,6 @@ class Steps:
     """An epoch's steps and the learning rate over them."""
 
     per_epoch: int
-    backward_passes: int
-    effective_batch_size: int
     scaled_lr: float
     schedule_epochs: int
     schedule: ScheduleParams
@@ -211,7 +209,7 @@ def planned_steps(settings: Settings, data: DatasetInfo, layout: Layout) -> Step
         epochs=schedule_epochs,
         length_key=length_key,
     )
-    return Steps(steps, passes, effective, scaled, schedule_epochs, schedule)
+    return Steps(steps, scaled, schedule_epochs, schedule)
 
 
 def starting_point(
