@@ -11,6 +11,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from tests.cluster.test_slurm_jobs import ran_on_both_nodes
+from tests.helpers.asserts import assert_succeeded
 from tests.helpers.commands import tntrun_command
 from tests.helpers.driving import assert_nothing_left
 from tests.helpers.mpi import MPIS, mpi_first_on_path
@@ -76,7 +77,7 @@ def test_mpirun_in_an_allocation_trains_on_its_nodes_like_two_local_ranks(
     result, seen = salloc_held(
         slurm, tmp_path, "launcher=mpirun", "horovod.network_interface=tnt0", *DETERMINISTIC
     )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert_succeeded(result)
     assert ran_on_both_nodes(result), result.stdout[-3000:]
     assert_ranks_under_slurm_steps(seen)
     run_dir = run_dir_of(result)

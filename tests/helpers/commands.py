@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from tests.helpers.asserts import assert_succeeded
 from tests.helpers.paths import BIN
 from tntrun.launch.horovodrun import HOROVODRUN_COMMAND
 
@@ -116,7 +117,7 @@ def concurrent_drivers(
     ]
     outputs = [driver.communicate(timeout=timeout)[0] for driver in drivers]
     for driver, output in zip(drivers, outputs, strict=True):
-        assert driver.returncode == 0, output[-3000:]
+        assert_succeeded(subprocess.CompletedProcess(driver.args, driver.returncode, output))
     return outputs
 
 
@@ -132,7 +133,7 @@ def modules_imported(code: str, candidates: str) -> list[str]:
         text=True,
         check=False,
     )
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert_succeeded(result)
     return json.loads(result.stdout.splitlines()[-1])
 
 
@@ -163,7 +164,7 @@ def rank_summaries(script: Path, timeout: float = 600) -> list[dict]:
     """Each rank's ``RESULT {json}`` line of a 2-rank launch of ``script``, by rank; fails
     the calling test when the launch fails or a rank printed none."""
     result = run_on_two_ranks(script, timeout=timeout)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert_succeeded(result)
     summaries = [
         json.loads(line.split("RESULT ", 1)[1])
         for line in result.stdout.splitlines()

@@ -7,6 +7,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.helpers.asserts import assert_succeeded
 from tests.helpers.commands import clean_env
 from tests.helpers.components import require_commands
 from tests.helpers.netns import NetnsHosts
@@ -45,7 +46,7 @@ def slurm_up(state: Path, hosts: NetnsHosts) -> SlurmCluster:
     up = subprocess.run(
         ["bash", SLURM_CLUSTER, "up", str(state)], capture_output=True, text=True, timeout=120
     )
-    assert up.returncode == 0, up.stderr
+    assert_succeeded(up)
     return SlurmCluster(state / "slurm.conf", hosts)
 
 

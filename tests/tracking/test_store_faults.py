@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.asserts import assert_exit, assert_succeeded
 from tests.helpers.commands import clean_env, tntrun_command
 from tests.helpers.paths import BIN
 from tests.helpers.records import assert_record_whole
@@ -164,7 +165,7 @@ def run_to_the_end(tmp_path: Path, store: Path, uri: str) -> tuple[int, Path, Pa
 
 def assert_still_pending(result: subprocess.CompletedProcess, uri: str, run_dir: Path) -> None:
     output = result.stdout + result.stderr
-    assert result.returncode == EXIT_TRACKING_PENDING, output[-3000:]
+    assert_exit(result, EXIT_TRACKING_PENDING)
     assert "Traceback" not in output
     assert result.stdout.splitlines()[-1] == sync_line(uri, run_dir)
     assert Pending.load(run_dir) is not None
@@ -202,7 +203,7 @@ def test_a_store_that_fails_mid_run_and_sigterms_after_the_last_step_lose_nothin
         (fresh, copy, ("--tracking-uri", fresh)),  # a store without the run: made anew
     ):
         synced = sync(tmp_path, replayed, *args)
-        assert synced.returncode == 0, synced.stdout + synced.stderr
+        assert_succeeded(synced)
         assert "Traceback" not in synced.stdout + synced.stderr
         assert "the outputs and status FINISHED delivered" in synced.stdout
         assert not (replayed / run_files.TRACKING_PENDING).exists()

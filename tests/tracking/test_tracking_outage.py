@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.asserts import assert_succeeded
 from tests.helpers.commands import clean_env, free_port, tntrun_command
 from tests.helpers.pace import PACE
 from tests.helpers.paths import BIN
@@ -291,7 +292,7 @@ def test_a_server_that_stays_away_leaves_the_run_to_tntrun_sync(tmp_path, mlflow
         f"tntrun {run_s:.1f} s (exit 3), server back after {restart_s:.1f} s, sync {sync_s:.1f} s:"
     )
     print(result.stdout.strip())
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert_succeeded(result)
     assert "metric lines, the outputs and status FINISHED delivered" in result.stdout
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED"
@@ -304,7 +305,8 @@ def test_a_server_that_stays_away_leaves_the_run_to_tntrun_sync(tmp_path, mlflow
     again = subprocess.run(
         sync, cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=120
     )
-    assert again.returncode == 0 and "nothing to replay" in again.stdout
+    assert_succeeded(again)
+    assert "nothing to replay" in again.stdout
     assert recorded_counts(client, run_id, expected) == expected  # idempotent
     assert_each_sample_once(client, run_id, host_samples(run_dir))
 
@@ -318,7 +320,7 @@ def test_a_server_that_stays_away_leaves_the_run_to_tntrun_sync(tmp_path, mlflow
         text=True,
         timeout=120,
     )
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert_succeeded(result)
     other_client = MlflowClient(other)
     new_id = (copy / run_files.RUN_ID).read_text()
     assert new_id != run_id

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from mlflow.tracking import MlflowClient
 
+from tests.helpers.asserts import assert_succeeded
 from tests.helpers.commands import clean_env, free_port, tntrun_cli
 from tests.helpers.components import require_module, require_path
 from tests.helpers.netns import NetnsHosts
@@ -222,7 +223,7 @@ def test_the_ui_shows_the_run_its_model_its_registered_version_and_each_host(net
         f"tracking.register_model={REGISTERED}",
         f"tracking.register_alias={ALIAS}",
     )
-    assert result.returncode == 0, result.stdout[-3000:]
+    assert_succeeded(result)
     lap("run")
     run_id = (run_dir_of(result) / "run_id").read_text()
     client = MlflowClient(store_uri(tmp_path))
