@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 
 from tests.helpers.asserts import assert_succeeded
 from tests.helpers.bounds import AFTER_RANK_FAILURE_S
-from tests.helpers.commands import start_tntrun, tntrun_cli
+from tests.helpers.commands import start_tntrun, stop_session, tntrun_cli
 from tests.helpers.driving import assert_nothing_left, fault, run_until, the_run
 from tests.helpers.netns import NetnsHosts
 from tests.helpers.runs import run_dir_of, store_uri
@@ -67,8 +67,7 @@ def run_elastic(tmp_path: Path, args: tuple[str, ...], on_line) -> tuple[int, st
             on_line(line)
         return process.wait(timeout=120), "".join(lines), fault_at
     finally:
-        if process.poll() is None:
-            process.kill()
+        stop_session(process)
 
 
 def world_sizes(client: MlflowClient, run_id: str) -> list[tuple[int, int]]:

@@ -30,6 +30,7 @@ from tests.helpers.runs import (
     store_uri,
     weights_in,
 )
+from tests.helpers.slurm import ran_on_both_nodes, salloc_held
 from tntrun.contract import run_files
 from tntrun.planning.plan import Plan
 from tntrun.tracking.provenance import horovod_build
@@ -40,13 +41,6 @@ pytestmark = pytest.mark.slow
 def salloc_tntrun(slurm, workdir: Path, *args: str) -> subprocess.CompletedProcess:
     """``salloc -N2 -n2 tntrun ...``: the driver here, its ranks on the two Slurm nodes."""
     return slurm.run("salloc", "-N2", "-n2", *tntrun_command(workdir, *args), cwd=workdir)
-
-
-def ran_on_both_nodes(result: subprocess.CompletedProcess) -> bool:
-    return (
-        "rank 0/2: local rank 0, host tnt-h1" in result.stdout
-        and "rank 1/2: local rank 0, host tnt-h2" in result.stdout
-    )
 
 
 # Found beside the ranks of an srun run while they run; the ranks are slurmstepd's children.
@@ -133,36 +127,16 @@ def test_srun_on_two_slurm_nodes_trains_like_two_local_ranks(
     """With Horovod's knobs set: the srun ranks run with them (Horovod's own record) and
     train like two local ranks without them (none changes the arithmetic); no process of the
     run is left."""
-    hold = Hold(tmp_path)
-    command = tntrun_command(
+    result, seen = salloc_held(
+        slurm,
         tmp_path,
-        *hold.overrides(),
         "launcher=srun",
         "horovod.network_interface=tnt0",
         *KNOBS,
         *DETERMINISTIC,
+        search=srun_processes_while_running,
+        env=AUTOTUNE_SAMPLING,
     )
-    out, err = tmp_path / "salloc.out", tmp_path / "salloc.err"
-    with out.open("w") as stdout, err.open("w") as stderr:
-        salloc = subprocess.Popen(
-            ["salloc", "-N2", "-n2", *command],
-            cwd=tmp_path,
-            env={**slurm.env(), **AUTOTUNE_SAMPLING},
-            stdout=stdout,
-            stderr=stderr,
-            text=True,
-        )
-    try:
-        hold.wait(180, salloc)
-        seen = srun_processes_while_running(hold.run_dir())
-    finally:
-        hold.release()  # after a failed check too: the run ends by itself
-        try:
-            code = salloc.wait(timeout=300)
-        except subprocess.TimeoutExpired:
-            salloc.kill()
-            raise
-    result = subprocess.CompletedProcess(salloc.args, code, out.read_text(), err.read_text())
     assert_succeeded(result)
     for rank in (p for p in seen if p.role.startswith("rank ")):  # the live ranks' variables
         assert {k: rank.environ.get(k) for k in KNOB_ENV} == KNOB_ENV, rank.describe()

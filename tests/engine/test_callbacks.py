@@ -18,7 +18,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.helpers.asserts import assert_succeeded
-from tests.helpers.commands import clean_env, tntrun_cli, tntrun_command
+from tests.helpers.commands import in_session, tntrun_cli, tntrun_command
 from tests.helpers.pace import PACE
 from tests.helpers.runs import run_dir_of, store_uri
 from tntrun.contract import run_files
@@ -173,12 +173,8 @@ def run_on_a_terminal(work, *overrides: str) -> str:
     """``tntrun`` with its stdout on a pseudo-terminal, as in an interactive shell: all it
     wrote there, once it ended."""
     main, terminal = pty.openpty()
-    with subprocess.Popen(
-        tntrun_command(work, *overrides),
-        cwd=work,
-        env=clean_env(),
-        stdout=terminal,
-        stderr=subprocess.DEVNULL,
+    with in_session(
+        tntrun_command(work, *overrides), work, stdout=terminal, stderr=subprocess.DEVNULL
     ) as process:
         os.close(terminal)
         chunks = []

@@ -15,7 +15,12 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.helpers.asserts import assert_exit, assert_succeeded
-from tests.helpers.commands import clean_env, modules_imported, tntrun_cli, tntrun_command
+from tests.helpers.commands import (
+    in_session,
+    modules_imported,
+    tntrun_cli,
+    tntrun_command,
+)
 from tests.helpers.mpi import MPIS, mpi_first_on_path
 from tests.helpers.pace import PACE
 from tests.helpers.runs import run_dir_of, store_uri, wait_for_file
@@ -169,21 +174,14 @@ def test_a_preempted_run_resumes_mid_epoch_into_the_same_run_with_the_same_weigh
         f"+callbacks.hold.reached={reached}",
     )
     log = tmp_path / "driver.log"
-    with log.open("w") as out:
-        driver = subprocess.Popen(
-            tntrun_command(tmp_path, *CONFIG, *chosen, *hold),
-            cwd=tmp_path,
-            env=clean_env(),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    wait_for_file(reached, driver, timeout_s=300, log=log)
-    driver.send_signal(signal.SIGTERM)
-    # The driver waits preempt_grace_s for the checkpoint, then stops the ranks; 30 s margin
-    # for its own ending (MLflow, logs) on a busy machine.
-    # 143 = 128 + SIGTERM, as shells and schedulers read a run a signal ended.
-    assert driver.wait(timeout=TrainConfig().preempt_grace_s + 30) == 143
+    command = tntrun_command(tmp_path, *CONFIG, *chosen, *hold)
+    with log.open("w") as out, in_session(command, tmp_path, stdout=out, stderr=out) as driver:
+        wait_for_file(reached, driver, timeout_s=300, log=log)
+        driver.send_signal(signal.SIGTERM)
+        # The driver waits preempt_grace_s for the checkpoint, then stops the ranks; 30 s
+        # margin for its own ending (MLflow, logs) on a busy machine.
+        # 143 = 128 + SIGTERM, as shells and schedulers read a run a signal ended.
+        assert driver.wait(timeout=TrainConfig().preempt_grace_s + 30) == 143
     text = log.read_text()
     assert "tntrun: run KILLED" in text, text[-3000:]
     preempted_dir = run_dir_of(subprocess.CompletedProcess([], 1, text, ""))

@@ -1,4 +1,5 @@
-"""The processes tests start: the installed ``tntrun`` command and ``horovodrun`` ranks."""
+"""The processes tests start: the installed ``tntrun`` command and ``horovodrun`` ranks;
+what runs beside the test, each in a session of its own (:func:`in_session`)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,13 @@ import contextlib
 import functools
 import json
 import os
+import signal
 import socket
 import sqlite3
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,18 +69,47 @@ def tntrun_command(workdir: Path, *args: str) -> list[str]:
     return [str(BIN / "tntrun"), *args, f"output_root={workdir / 'outputs'}"]
 
 
+def start_in_session(
+    command: list[str], cwd: Path, env: dict[str, str] | None = None, **popen: Any
+) -> subprocess.Popen:
+    """``command`` started in a session of its own (``env``: :func:`clean_env` unless given):
+    a signal the test sends reaches it alone, and :func:`stop_session` finds all it started."""
+    return subprocess.Popen(
+        command, cwd=cwd, env=clean_env() if env is None else env, start_new_session=True, **popen
+    )
+
+
+def stop_session(process: subprocess.Popen, timeout: float = 30) -> None:
+    """SIGKILL what is left of ``process``'s session while ``process`` is not yet reaped
+    (after that its pid, the group's id, may name someone else's group), and reap it."""
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=timeout)
+
+
+@contextlib.contextmanager
+def in_session(
+    command: list[str], cwd: Path, env: dict[str, str] | None = None, **popen: Any
+) -> Iterator[subprocess.Popen]:
+    """:func:`start_in_session`, and :func:`stop_session` on leaving, after a failure too."""
+    process = start_in_session(command, cwd, env, **popen)
+    try:
+        yield process
+    finally:
+        stop_session(process)
+
+
 def start_tntrun(workdir: Path, *args: str, **popen: Any) -> subprocess.Popen:
     """The installed ``tntrun`` started in its own session, its output (stderr merged) read
     line by line by the caller; the store in ``workdir`` exists (:func:`existing_store`)."""
     existing_store(workdir)
-    return subprocess.Popen(
+    return start_in_session(
         tntrun_command(workdir, *args),
-        cwd=workdir,
-        env=clean_env(),
+        workdir,
         text=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        start_new_session=True,
         **popen,
     )
 
@@ -104,18 +136,20 @@ def concurrent_drivers(
 ) -> list[str]:
     """Start ``count`` tntrun drivers at once (``seed=0..count-1`` besides ``args``), wait for
     all and fail unless each exits 0; their combined outputs, in seed order."""
-    drivers = [
-        subprocess.Popen(
-            tntrun_command(workdir, *args, f"seed={seed}"),
-            cwd=workdir,
-            env=clean_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for seed in range(count)
-    ]
-    outputs = [driver.communicate(timeout=timeout)[0] for driver in drivers]
+    with contextlib.ExitStack() as started:
+        drivers = [
+            started.enter_context(
+                in_session(
+                    tntrun_command(workdir, *args, f"seed={seed}"),
+                    workdir,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                )
+            )
+            for seed in range(count)
+        ]
+        outputs = [driver.communicate(timeout=timeout)[0] for driver in drivers]
     for driver, output in zip(drivers, outputs, strict=True):
         assert_succeeded(subprocess.CompletedProcess(driver.args, driver.returncode, output))
     return outputs

@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 
 from tests.helpers.asserts import assert_succeeded
 from tests.helpers.bounds import AFTER_RANK_FAILURE_S, after_stall_s
-from tests.helpers.commands import clean_env, free_port, tntrun_cli
+from tests.helpers.commands import free_port, start_in_session, tntrun_cli
 from tests.helpers.driving import (
     LONG_RUN,
     Driver,
@@ -106,7 +106,7 @@ def test_a_sigkilled_driver_takes_its_ranks_along_and_a_later_command_ends_its_r
         return
 
     client = MlflowClient(store_uri(tmp_path))
-    ui = subprocess.Popen(
+    ui = start_in_session(
         [
             str(BIN / "tntrun"),
             "ui",
@@ -115,8 +115,7 @@ def test_a_sigkilled_driver_takes_its_ranks_along_and_a_later_command_ends_its_r
             "--port",
             str(free_port()),
         ],
-        cwd=tmp_path,
-        env=clean_env(),
+        tmp_path,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

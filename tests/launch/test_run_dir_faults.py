@@ -16,7 +16,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.helpers.asserts import assert_exit, assert_succeeded
-from tests.helpers.commands import start_tntrun, tntrun_cli
+from tests.helpers.commands import start_tntrun, stop_session, tntrun_cli
 from tests.helpers.components import require_commands, require_root
 from tests.helpers.driving import fault
 from tests.helpers.processes import HELD, Hold
@@ -105,8 +105,7 @@ def test_a_second_run_is_refused_then_a_full_disk_fails_the_first_as_failure_dis
         lines += list(first.stdout)
         code = first.wait(timeout=120)
     finally:
-        if first.poll() is None:
-            first.kill()
+        stop_session(first)
     output = "".join(lines)
     assert code == 1, output[-3000:]
     assert "does not answer" not in output  # the store is on another disk

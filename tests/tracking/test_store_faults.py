@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.asserts import assert_exit, assert_succeeded
-from tests.helpers.commands import clean_env, tntrun_command
+from tests.helpers.commands import clean_env, start_in_session, stop_session, tntrun_command
 from tests.helpers.paths import BIN
 from tests.helpers.records import assert_record_whole
 from tests.helpers.runs import wait_for_file
@@ -72,14 +72,8 @@ def start(tmp_path: Path, uri: str, *args: str) -> tuple[subprocess.Popen, Path]
         "ranks_per_node=1",
         *args,
     )
-    process = subprocess.Popen(
-        command,
-        cwd=tmp_path,
-        env=clean_env(),
-        stdout=log.open("w"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # a signal to it reaches the driver alone
-    )
+    # In its own session: a signal to it reaches the driver alone.
+    process = start_in_session(command, tmp_path, stdout=log.open("w"), stderr=subprocess.STDOUT)
     return process, log
 
 
@@ -159,8 +153,7 @@ def run_to_the_end(tmp_path: Path, store: Path, uri: str) -> tuple[int, Path, Pa
         release_end.touch()
         return process.wait(timeout=END_S), run_dir, log
     finally:
-        if process.poll() is None:
-            process.kill()
+        stop_session(process)
 
 
 def assert_still_pending(result: subprocess.CompletedProcess, uri: str, run_dir: Path) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.asserts import assert_succeeded
-from tests.helpers.commands import clean_env, free_port, tntrun_command
+from tests.helpers.commands import clean_env, free_port, start_in_session, tntrun_command
 from tests.helpers.pace import PACE
 from tests.helpers.paths import BIN
 from tests.helpers.records import (
@@ -130,13 +130,8 @@ class MlflowServer:
         }
         command = server_command(f"sqlite:///{self.folder / 'mlflow.db'}", port=self.port)
         log = (self.folder / "server.log").open("a")
-        self.process = subprocess.Popen(
-            command,
-            cwd=self.folder,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+        self.process = start_in_session(
+            command, self.folder, env, stdout=log, stderr=subprocess.STDOUT
         )
         while time.monotonic() - begin < seconds:
             assert self.process.poll() is None, (self.folder / "server.log").read_text()[-2000:]
@@ -172,9 +167,7 @@ def start_run(tmp_path: Path, server: MlflowServer, *args: str) -> tuple[subproc
         "ranks_per_node=1",
         *args,
     )
-    process = subprocess.Popen(
-        command, cwd=tmp_path, env=clean_env(), stdout=log, stderr=subprocess.STDOUT, text=True
-    )
+    process = start_in_session(command, tmp_path, stdout=log, stderr=subprocess.STDOUT, text=True)
     return process, tmp_path / "tntrun.log"
 
 

@@ -23,7 +23,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.helpers.asserts import assert_succeeded
-from tests.helpers.commands import clean_env, free_port, tntrun_cli
+from tests.helpers.commands import free_port, start_in_session, tntrun_cli
 from tests.helpers.components import require_module, require_path
 from tests.helpers.netns import NetnsHosts
 from tests.helpers.paths import BIN, ROOT
@@ -43,14 +43,12 @@ CHART_CARD = "experiment-view-compare-runs-card"  # a chart, in the chart view a
 def start_ui(work: Path) -> tuple[subprocess.Popen, str]:
     """``tntrun ui`` over ``work``'s store on a free port, in a session of its own; its URL."""
     port = free_port()
-    server = subprocess.Popen(
+    server = start_in_session(
         [str(BIN / "tntrun"), "ui", "--tracking-uri", store_uri(work), "--port", str(port)],
-        env=clean_env(),
-        cwd=work,
+        work,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        start_new_session=True,
     )
     return server, f"http://127.0.0.1:{port}"
 
