@@ -69,6 +69,18 @@ def tntrun_command(workdir: Path, *args: str) -> list[str]:
     return [str(BIN / "tntrun"), *args, f"output_root={workdir / 'outputs'}"]
 
 
+def tntrun_sync(workdir: Path, run_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    """``tntrun sync`` of ``run_dir`` (what a run left to deliver after a store's outage)."""
+    return subprocess.run(
+        [str(BIN / "tntrun"), "sync", str(run_dir), *args],
+        cwd=workdir,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def start_in_session(
     command: list[str], cwd: Path, env: dict[str, str] | None = None, **popen: Any
 ) -> subprocess.Popen:

@@ -20,10 +20,16 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.asserts import assert_succeeded
-from tests.helpers.commands import clean_env, free_port, start_in_session, tntrun_command
+from tests.helpers.commands import (
+    clean_env,
+    free_port,
+    start_in_session,
+    tntrun_command,
+    tntrun_sync,
+)
 from tests.helpers.pace import PACE
-from tests.helpers.paths import BIN
 from tests.helpers.records import (
+    assert_delivered_whole,
     assert_each_sample_once,
     assert_record_whole,
     expected_counts,
@@ -275,11 +281,8 @@ def test_a_server_that_stays_away_leaves_the_run_to_tntrun_sync(tmp_path, mlflow
     with pytest.raises(LookupError) as missing:  # a run not in a store that answers ...
         MlflowTracker.at(mlflow_server.url, tmp_path).attach("0" * 32)
     assert not is_outage(missing.value, mlflow_server.url)  # ... is not an outage
-    sync = [str(BIN / "tntrun"), "sync", str(run_dir)]
     begin = time.monotonic()
-    result = subprocess.run(
-        sync, cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=120
-    )
+    result = tntrun_sync(tmp_path, run_dir)
     sync_s = time.monotonic() - begin
     print(
         f"tntrun {run_s:.1f} s (exit 3), server back after {restart_s:.1f} s, sync {sync_s:.1f} s:"
@@ -287,17 +290,11 @@ def test_a_server_that_stays_away_leaves_the_run_to_tntrun_sync(tmp_path, mlflow
     print(result.stdout.strip())
     assert_succeeded(result)
     assert "metric lines, the outputs and status FINISHED delivered" in result.stdout
-    run = client.get_run(run_id)
-    assert run.info.status == "FINISHED"
+    # FINISHED, every point and sample (what the driver could not) once, the model once.
+    assert_delivered_whole(mlflow_server.url, run_dir, 0)
     expected = expected_counts(run_dir)
-    assert recorded_counts(client, run_id, expected) == expected
-    assert "model.keras" in {a.path for a in client.list_artifacts(run_id)}
-    assert len(run.outputs.model_outputs) == 1  # the sync logged the run's model too
-    assert_each_sample_once(client, run_id, host_samples(run_dir))  # what the driver could not
     assert not (run_dir / run_files.TRACKING_PENDING).exists()
-    again = subprocess.run(
-        sync, cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=120
-    )
+    again = tntrun_sync(tmp_path, run_dir)
     assert_succeeded(again)
     assert "nothing to replay" in again.stdout
     assert recorded_counts(client, run_id, expected) == expected  # idempotent
@@ -305,14 +302,7 @@ def test_a_server_that_stays_away_leaves_the_run_to_tntrun_sync(tmp_path, mlflow
 
     # A store that never had the run: sync creates it with its params and every metric.
     other = f"sqlite:///{tmp_path / 'other.db'}"
-    result = subprocess.run(
-        [*sync[:2], str(copy), "--tracking-uri", other],
-        cwd=tmp_path,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = tntrun_sync(tmp_path, copy, "--tracking-uri", other)
     assert_succeeded(result)
     other_client = MlflowClient(other)
     new_id = (copy / run_files.RUN_ID).read_text()
