@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
+from tests.helpers.asserts import assert_succeeded
 from tests.helpers.commands import tntrun_cli
 from tests.helpers.plans import plan_for
 from tests.helpers.runs import run_dir_of, store_uri
@@ -56,7 +57,7 @@ def test_resnet50_dry_run_shows_the_seeds_numbers(tmp_path):
         "dry_run=true",
         *SEED_LAYOUT,
     )
-    assert result.returncode == 0, result.stderr
+    assert_succeeded(result)
     out = result.stdout
     assert "world size                        8 = 2 node(s) x 4 ranks" in out
     assert "global batch                      512 = 8 x 64 (micro-batch)" in out
@@ -73,7 +74,7 @@ def test_a_smoke_run_shorter_than_the_transformers_warmup_is_noted_not_refused(t
     # inverse_sqrt has no end: a 1-epoch run (156 steps) inside its 400-step warmup is fine.
     smoke_run = ("experiment=transformer_numbers", "train.epochs=1", "dry_run=true")
     result = tntrun_cli(tmp_path, *smoke_run)
-    assert result.returncode == 0, result.stderr
+    assert_succeeded(result)
     (note,) = [line for line in result.stderr.splitlines() if line.startswith("tntrun: note:")]
     assert "steps end inside the 400-step warmup (train.epochs=1)" in note
 
@@ -134,7 +135,7 @@ def test_resnet50_imagenet_recipe_runs_end_to_end_on_tiny_records(tmp_path):
         "train.epochs=1",
         "tracking.system_metrics=false",
     )
-    assert result.returncode == 0, result.stdout[-4000:]
+    assert_succeeded(result)
     run = MlflowClient(store_uri(tmp_path)).get_run((run_dir_of(result) / "run_id").read_text())
     assert run.data.params["plan.world_size"] == "2"
     assert run.data.params["plan.schedule_epochs"] == "90"  # epoch 1 of the full recipe
@@ -155,7 +156,7 @@ def test_transformer_numbers_learns_to_translate(tmp_path):
         "schedule.warmup_steps=100",
         "tracking.system_metrics=false",
     )
-    assert result.returncode == 0, result.stdout[-4000:]
+    assert_succeeded(result)
     run_dir = run_dir_of(result)
     run = MlflowClient(store_uri(tmp_path)).get_run((run_dir / "run_id").read_text())
     assert run.data.metrics["bleu"] >= 90.0

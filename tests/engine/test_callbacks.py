@@ -17,7 +17,8 @@ import textwrap
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.helpers.commands import clean_env, tntrun_cli, tntrun_command
+from tests.helpers.asserts import assert_succeeded
+from tests.helpers.commands import in_session, tntrun_cli, tntrun_command
 from tests.helpers.pace import PACE
 from tests.helpers.runs import run_dir_of, store_uri
 from tntrun.contract import run_files
@@ -63,7 +64,7 @@ def run_stopped_early(work, *overrides: str, epochs: int = EPOCHS):
     """A run of ``epochs`` epochs with ``overrides``: its MLflow run, stdout, run dir and the
     epochs it logged."""
     result = tntrun_cli(work, f"train.epochs={epochs}", "tracking.system_metrics=false", *overrides)
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert_succeeded(result)
     run, logged = finished_run(work, run_dir_of(result))
     return run, result.stdout, run_dir_of(result), logged
 
@@ -172,12 +173,8 @@ def run_on_a_terminal(work, *overrides: str) -> str:
     """``tntrun`` with its stdout on a pseudo-terminal, as in an interactive shell: all it
     wrote there, once it ended."""
     main, terminal = pty.openpty()
-    with subprocess.Popen(
-        tntrun_command(work, *overrides),
-        cwd=work,
-        env=clean_env(),
-        stdout=terminal,
-        stderr=subprocess.DEVNULL,
+    with in_session(
+        tntrun_command(work, *overrides), work, stdout=terminal, stderr=subprocess.DEVNULL
     ) as process:
         os.close(terminal)
         chunks = []

@@ -14,8 +14,9 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
+from tests.helpers.asserts import assert_succeeded
 from tests.helpers.bounds import AFTER_RANK_FAILURE_S, after_stall_s
-from tests.helpers.commands import clean_env, free_port, tntrun_cli
+from tests.helpers.commands import free_port, start_in_session, tntrun_cli
 from tests.helpers.driving import (
     LONG_RUN,
     Driver,
@@ -56,7 +57,7 @@ def test_a_failing_rank_ends_the_job_and_the_run_can_resume(tmp_path, kind):
         return  # the same checkpoint; resuming from it once is enough
 
     resumed = tntrun_cli(tmp_path, f"resume={run_dir}", "train.epochs=2", "callbacks={}")
-    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert_succeeded(resumed)
     assert "at epoch 1" in resumed.stdout
     assert client.get_run(run.info.run_id).info.status == "FINISHED"
 
@@ -105,7 +106,7 @@ def test_a_sigkilled_driver_takes_its_ranks_along_and_a_later_command_ends_its_r
         return
 
     client = MlflowClient(store_uri(tmp_path))
-    ui = subprocess.Popen(
+    ui = start_in_session(
         [
             str(BIN / "tntrun"),
             "ui",
@@ -114,8 +115,7 @@ def test_a_sigkilled_driver_takes_its_ranks_along_and_a_later_command_ends_its_r
             "--port",
             str(free_port()),
         ],
-        cwd=tmp_path,
-        env=clean_env(),
+        tmp_path,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -154,7 +154,7 @@ def test_max_restarts_restarts_the_ranks_in_the_same_run_and_ends_like_no_failur
         *fault("kill"),
         f"+callbacks.fault.once_file={once}",
     )
-    assert result.returncode == 0, result.stdout[-3000:]
+    assert_succeeded(result)
     assert "restart 1 of 1 (train.max_restarts) from epoch-0001, in the same run" in result.stdout
     run_dir = run_dir_of(result)
     client = MlflowClient(store_uri(tmp_path))
