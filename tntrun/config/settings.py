@@ -21,6 +21,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from tntrun.config.moved_keys import current_layout
 from tntrun.config.schema import TRACKING_KEYS, TntrunConfig, TrackingConfig
 from tntrun.contract.checkpoints import config_hash
 from tntrun.errors import PlanError
@@ -42,7 +43,9 @@ class Settings(TntrunConfig):
 
 
 def settings_of(plain: Mapping[str, Any]) -> Settings:
-    """Type a resolved config (a plain nested mapping, enums as names or members)."""
+    """Type a resolved config (a plain nested mapping, enums as names or members); one
+    stored by an earlier run may hold keys that moved since."""
+    plain = current_layout(plain)
     refuse_unknown_keys(plain)
     tracking = dict(plain.get("tracking") or {})
     options = {k: tracking.pop(k) for k in list(tracking) if k not in TRACKING_KEYS}
@@ -88,13 +91,19 @@ def problem_hash(config: DictConfig) -> str:
     return config_hash(OmegaConf.to_container(config, resolve=True))
 
 
+def stored_config(config_file: Path) -> DictConfig:
+    """A run directory's ``config.yaml`` in today's layout (an earlier tntrun's moved keys
+    at their new places), typed through the schema as when it was composed."""
+    recorded = OmegaConf.to_container(OmegaConf.load(config_file))
+    assert isinstance(recorded, dict)  # noqa: S101  # a config.yaml holds a mapping
+    return OmegaConf.merge(OmegaConf.structured(TntrunConfig), current_layout(recorded))
+
+
 def recorded_settings(config_file: Path) -> tuple[Settings, str]:
     """The settings and problem hash of a run directory's ``config.yaml`` (a run written
-    before its plan carried them): typed through the schema, as when it was composed."""
-    recorded = OmegaConf.load(config_file)
-    composed = OmegaConf.merge(OmegaConf.structured(TntrunConfig), recorded)
-    plain = OmegaConf.to_container(recorded, resolve=True)
-    return settings_of(plain), problem_hash(composed)
+    before its plan carried them)."""
+    composed = stored_config(config_file)
+    return settings_of(OmegaConf.to_container(composed, resolve=True)), problem_hash(composed)
 
 
 def plain_settings(settings: Settings) -> dict[str, Any]:
