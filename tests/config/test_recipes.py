@@ -28,7 +28,7 @@ def test_resnet50_imagenet_plans_the_seeds_numbers(compose_cfg):
     assert plan.schedule.boundaries == (30 * steps, 60 * steps, 80 * steps)
     settings = plan.settings
     assert plan.epochs == 90 and settings.model["weight_decay"] == pytest.approx(1e-4)
-    assert settings.optimizer["momentum"] == 0.9
+    assert settings.optimizer.arguments["momentum"] == 0.9
 
 
 def test_a_one_epoch_smoke_run_keeps_the_recipes_schedule(compose_cfg):
@@ -86,7 +86,9 @@ def test_transformer_big_wmt14_counts_its_batch_in_tokens(compose_cfg):
     assert plan.global_batch_size == 32768 // 64 and plan.micro_batch_size == 64
     settings = plan.settings
     assert settings.model["param_set"] == "big" and settings.train.label_smoothing == 0.1
-    assert (settings.optimizer["beta_2"], settings.optimizer["epsilon"]) == (0.98, 1e-9)
+    assert settings.optimizer.base_lr == 2.0
+    arguments = settings.optimizer.arguments
+    assert (arguments["beta_2"], arguments["epsilon"]) == (0.98, 1e-9)
 
 
 def write_tiny_imagenet(root: Path, train_per_file: int = 16) -> Path:

@@ -2,7 +2,7 @@
 every rank after the same epoch (no rank left waiting in an allreduce), and the run says so.
 
 Before, a callback without a ``ranks`` key ran on rank 0 only: EarlyStopping stopped rank 0
-and rank 1 waited until the stall watchdog ended the job (``train.stall_timeout_s``).
+and rank 1 waited until the stall watchdog ended the job (``faults.stall_timeout_s``).
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def test_a_stop_asked_inside_an_epoch_on_one_rank_stops_every_rank_after_the_nex
     6's allreduce until the stall watchdog (600 s) fails the run."""
     (tmp_path / "stopper.py").write_text(textwrap.dedent(STOP_MID_EPOCH_ON_RANK_1))
     stopper = "+callbacks.stop._target_=stopper.StopMidEpoch"
-    run, out, run_dir, epochs = run_stopped_early(tmp_path, stopper, "train.stall_timeout_s=60")
+    run, out, run_dir, epochs = run_stopped_early(tmp_path, stopper, "faults.stall_timeout_s=60")
     assert epochs == [0, 1]
     assert run.data.tags["stopped_early"] == f"epoch 2 of {EPOCHS}, step 6"
     assert f"stopped early in epoch 2 of {EPOCHS}, after its step 6: " in out

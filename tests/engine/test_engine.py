@@ -24,7 +24,7 @@ from tests.helpers.commands import (
 from tests.helpers.mpi import MPIS, mpi_first_on_path
 from tests.helpers.pace import PACE
 from tests.helpers.runs import run_dir_of, store_uri, wait_for_file
-from tntrun.config.schema import TrainConfig
+from tntrun.config.schema import FaultsConfig
 
 pytestmark = pytest.mark.slow
 
@@ -181,7 +181,7 @@ def test_a_preempted_run_resumes_mid_epoch_into_the_same_run_with_the_same_weigh
         # The driver waits preempt_grace_s for the checkpoint, then stops the ranks; 30 s
         # margin for its own ending (MLflow, logs) on a busy machine.
         # 143 = 128 + SIGTERM, as shells and schedulers read a run a signal ended.
-        assert driver.wait(timeout=TrainConfig().preempt_grace_s + 30) == 143
+        assert driver.wait(timeout=FaultsConfig().preempt_grace_s + 30) == 143
     text = log.read_text()
     assert "tntrun: run KILLED" in text, text[-3000:]
     preempted_dir = run_dir_of(subprocess.CompletedProcess([], 1, text, ""))

@@ -81,7 +81,7 @@ def test_a_nan_loss_fails_the_run_at_that_step_on_every_rank(run_tntrun, tmp_pat
 
 
 def test_rollback_restores_the_last_good_checkpoint_and_finishes(in_tmp):
-    rollback = ("train.on_nonfinite=rollback", "train.rollback_lr_factor=0.5")
+    rollback = ("faults.on_nonfinite=rollback", "faults.rollback_lr_factor=0.5")
     result = api.run(
         ["train.epochs=4", *rollback, "checkpoint.min_interval_s=0", *QUIET, *nan_at(30)]
     )
@@ -256,7 +256,7 @@ def test_nan_training_data_fail_at_the_first_step_in_one_line(run_tntrun, tmp_pa
         "dataset=custom",
         "dataset._target_=blobs.Blobs",
         "train.epochs=1",
-        "train.on_nonfinite=rollback",  # bad data are not rolled back: the same would come
+        "faults.on_nonfinite=rollback",  # bad data are not rolled back: the same would come
         *QUIET,
         *ONE_RANK,
     )

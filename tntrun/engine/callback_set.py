@@ -90,8 +90,8 @@ def build_callbacks(
     # Rank 0's metrics go to the driver, which logs them to MLflow (no rank imports MLflow).
     metrics_log = MetricsWriter(run_dir) if data.rank == 0 else None
     throughput = Throughput(plan.global_batch_size)
-    train, tracking = plan.settings.train, plan.settings.tracking
-    sync_guard = WeightSyncGuard(train.check_sync_every_epochs)
+    faults, tracking = plan.settings.faults, plan.settings.tracking
+    sync_guard = WeightSyncGuard(faults.check_sync_every_epochs)
     requests = requests or StopRequests([], run_dir)
     trained = run_dir / TRAINED if data.rank == 0 else None
     preemption = PreemptionGuard(requests, agreement, plan.steps_per_epoch, plan.epochs, trained)
@@ -104,7 +104,7 @@ def build_callbacks(
         sync_guard,  # after the averaging: it checks the non-trainable weights too
         LearningRateLogger(),
         AverageTrainMetrics(plan.steps_per_epoch * plan.micro_batch_size),
-        ShardedValidation(data.val, data.val_samples, train.epochs_between_evals),
+        ShardedValidation(data.val, data.val_samples, plan.settings.eval.every_epochs),
     ]
     if tracking.log_every_steps > 0:
         log = metrics_log.log if metrics_log else None
@@ -187,16 +187,16 @@ def master_callbacks(
         metrics_log.log(metrics, step=epoch)
         print(_progress_line(metrics, epoch, plan.epochs), flush=True)
 
-    train = plan.settings.train
+    train, evaluation = plan.settings.train, plan.settings.eval
     chosen: list[keras.callbacks.Callback] = []
     if data.info.task == "translation" and hasattr(data.dataset, "val_text"):
         # First: its BLEU is in the epoch's logs for the logger and the checkpointer.
         bleu = BleuEvaluation(
             data.dataset,
             run_dir,
-            train.epochs_between_evals,
-            train.bleu_max_sentences,
-            train.bleu_beam_size,
+            evaluation.every_epochs,
+            evaluation.bleu_max_sentences,
+            evaluation.bleu_beam_size,
             data.info.input_shape[0],
         )
         chosen.append(bleu)

@@ -1,5 +1,5 @@
 """``model.fit`` over the plan's epochs: from a mid-epoch checkpoint, and again from the last
-good state after a non-finite loss (``train.on_nonfinite=rollback``)."""
+good state after a non-finite loss (``faults.on_nonfinite=rollback``)."""
 
 from __future__ import annotations
 
@@ -28,11 +28,11 @@ def fit_with_rollbacks(
     stream: Stream,
 ) -> Any:
     """``model.fit`` from the plan's epoch and batch (``train_ds``: the stream from there);
-    after a non-finite loss, fail (train.on_nonfinite=fail) or roll back to the last good
-    state with a lower LR, up to train.max_rollbacks times."""
+    after a non-finite loss, fail (faults.on_nonfinite=fail) or roll back to the last good
+    state with a lower LR, up to faults.max_rollbacks times."""
     model, optimizer, metrics_log = net.model, net.optimizer, hooks.metrics_log
-    train = plan.settings.train
-    rollback = train.on_nonfinite is OnNonFinite.rollback
+    faults = plan.settings.faults
+    rollback = faults.on_nonfinite is OnNonFinite.rollback
     snapshot = Snapshot(model, optimizer) if rollback else None  # the state before step 1
     epoch, batch, rollbacks = plan.initial_epoch, plan.initial_batch, 0
     while True:
@@ -40,14 +40,14 @@ def fit_with_rollbacks(
             return fit_from(model, plan, epoch, batch, train_ds, stream, hooks)
         except NonFiniteLoss as event:
             # Bad data are not rolled back: the same batch would come again.
-            if event.data or not rollback or rollbacks >= train.max_rollbacks:
+            if event.data or not rollback or rollbacks >= faults.max_rollbacks:
                 if metrics_log is not None:
                     nonfinite.record(run_dir, event, "fail", rollbacks=rollbacks)
                 raise
             rollbacks += 1
             epoch, batch, restored = nonfinite.roll_back(model, optimizer, plan, run_dir, snapshot)
             _, schedule = learning_rate_of(optimizer)  # the PlannedSchedule
-            schedule.scale.assign(schedule.scale * train.rollback_lr_factor)
+            schedule.scale.assign(schedule.scale * faults.rollback_lr_factor)
             lr_scale = float(schedule.scale.numpy())
             if metrics_log is not None:
                 nonfinite.record(
@@ -60,7 +60,7 @@ def fit_with_rollbacks(
                 )
                 metrics_log.log({"rollbacks": rollbacks}, step=event.step)
                 print(
-                    f"{event}: rollback {rollbacks}/{train.max_rollbacks} to {restored} "
+                    f"{event}: rollback {rollbacks}/{faults.max_rollbacks} to {restored} "
                     f"(epoch {epoch}), LR x{lr_scale:g}",
                     flush=True,
                 )
