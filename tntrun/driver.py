@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from tntrun.planning.machine import device_problems, tensorboard_problems
 from tntrun.planning.plan import Plan
 from tntrun.planning.schedule_chart import write_schedule_chart
 from tntrun.planning.view import render_plan
-from tntrun.preparation import DriverFacts, PlanInputs, PreparedRun, TypedExperiment, resolve
+from tntrun.preparation import PreparedRun, TypedExperiment, resolve
 from tntrun.tracking.opening import RunOrigin
 from tntrun.tracking.recorder import Recorder
 
@@ -94,7 +95,7 @@ def start(prepared: PreparedRun) -> RunResult:
             raise
         return config_error([f"run directory {run_dir}: {disk}"], run_dir)
     log.info(layout_line(plan))
-    return supervise_and_record(recorder_for(prepared), prepared.inputs, plan, prepared.facts)
+    return supervise_and_record(prepared)
 
 
 def announce(prepared: PreparedRun) -> None:
@@ -140,15 +141,16 @@ def layout_line(plan: Plan) -> str:
     )
 
 
-def recorder_for(prepared: PreparedRun) -> Recorder:
+def recorder_for(prepared: PreparedRun, current_plan: Callable[[], Plan]) -> Recorder:
     """The recorder of the run: how it was started (overrides, choices, the sweep it is a
-    job of, the driver's and the cluster job's tags) and what it continues."""
+    job of, the driver's and the cluster job's tags), what it continues and where it reads
+    the current plan (``current_plan``: the supervisor's)."""
     exp, facts = prepared.experiment, prepared.facts
     launch_tags = {**driver_tags(), **facts.cluster.tags()}
     origin = RunOrigin(exp.overrides, exp.choices, exp.parent_run_id, exp.job, launch_tags)
     return Recorder(
         prepared.tracker,
-        prepared.plan,
+        current_plan,
         prepared.typed.recorded,
         prepared.run_dir,
         origin,
@@ -164,30 +166,33 @@ def problems_of(err: ValueError) -> list[str]:
     return [" ".join(str(err).split()) or type(err).__name__]
 
 
-def supervise_and_record(
-    recorder: Recorder, inputs: PlanInputs, plan: Plan, facts: DriverFacts
-) -> RunResult:
-    """Start the ranks (the supervisor) and record the run beside them (the recorder)."""
-    run_dir, tracker = inputs.run_dir, recorder.tracker
-    supervisor = Supervisor(plan, run_dir, inputs.plan)  # a restart: a new resume point
-    outcome = Outcome(RunStatus.FAILED, plan)
+def supervise_and_record(prepared: PreparedRun) -> RunResult:
+    """Start the ranks (the supervisor, which owns the current plan) and record the run
+    beside them (the recorder, which reads the plan from it)."""
+    inputs, run_dir = prepared.inputs, prepared.run_dir
+    supervisor = Supervisor(prepared.plan, run_dir, inputs.plan, inputs.launcher)
+    recorder = recorder_for(prepared, lambda: supervisor.plan)  # a restart: a new plan
+    outcome = Outcome(RunStatus.FAILED)
     try:
         outcome = supervisor.run(recorder)
     finally:
         with record_first():  # a signal now waits: the record is written (or left pending)
             recorder.end(outcome.status, outcome.stalled, outcome.disk)  # never leaves it RUNNING
     if outcome.preempted:
-        facts.cluster.requeue(outcome.stop_signal)
+        prepared.facts.cluster.requeue(outcome.stop_signal)
+    return run_result(outcome, recorder, supervisor.plan, run_dir)
+
+
+def run_result(outcome: Outcome, recorder: Recorder, plan: Plan, run_dir: Path) -> RunResult:
+    """What became of the run: the supervisor's status and exit code, the recorder's run id
+    and final metrics (and exit 3 while its record waits for ``tntrun sync``)."""
     if outcome.refused:
         refused = config_error(list(outcome.refused), run_dir)
-        return replace(refused, run_id=tracker.run_id, plan=outcome.plan)
+        return replace(refused, run_id=recorder.tracker.run_id, plan=plan)
     recorded = recorder.report(outcome.status)
-    if not recorded.tracked:
-        killed = RunStatus.KILLED
-        return RunResult(killed, EXIT_INTERRUPTED, run_dir, recorded.run_id, plan=outcome.plan)
+    if not recorded.tracked:  # left to the tracking thread: a second Ctrl-C (KILLED)
+        return RunResult(outcome.status, EXIT_INTERRUPTED, run_dir, recorded.run_id, plan=plan)
     code = outcome.exit_code
     if recorded.pending and code == 0:  # trained, but the record waits for `tntrun sync`
         code = EXIT_TRACKING_PENDING
-    return RunResult(
-        outcome.status, code, run_dir, recorded.run_id, recorded.metrics, plan=outcome.plan
-    )
+    return RunResult(outcome.status, code, run_dir, recorded.run_id, recorded.metrics, plan=plan)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from tntrun.config.zoo import SizedDataset, check_targets, size_dataset
 from tntrun.datasets.base import DatasetInfo
 from tntrun.environments import Allocation, ClusterEnvironment, detect
 from tntrun.experiment import Experiment
-from tntrun.launch.launcher import with_launch_command
+from tntrun.launch.launcher import Launcher, launcher_for, with_launch_command
 from tntrun.planning.machine import MachineFacts, machine_facts
 from tntrun.planning.plan import Plan
 from tntrun.planning.planner import build_plan
@@ -94,6 +95,12 @@ class PlanInputs:
     machine: MachineFacts
     run_dir: Path
 
+    @cached_property
+    def launcher(self) -> Launcher:
+        """The settings' launcher, resolved once: it renders every plan's command (a
+        restart's too) and the supervisor starts the ranks with it. Raises PlanError."""
+        return launcher_for(self.settings.launcher)
+
     def plan(
         self, resume: ResumePoint | None = None, hosts: Sequence[tuple[str, int]] | None = None
     ) -> Plan:
@@ -108,7 +115,7 @@ class PlanInputs:
         planned = build_plan(
             settings, self.config_hash, self.info, self.machine, self.run_dir, resume
         )
-        return with_launch_command(planned, self.machine)
+        return with_launch_command(planned, self.machine, self.launcher)
 
 
 def prepare(
