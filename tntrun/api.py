@@ -40,13 +40,10 @@ def compose(
 def plan(experiment: Experiment | Sequence[str]):
     """The immutable plan of an experiment (world size, micro-batch, scaled LR, steps,
     launch command), without launching anything. Raises PlanError."""
-    from tntrun.preparation import gather_facts, prepare, typed_experiment
+    from tntrun.preparation import resolve
 
     exp = _experiment(experiment)
-    machine = gather_facts().machine
-    typed = typed_experiment(exp.config, exp.overrides, machine.allocation)
-    run_dir = exp.run_dir or Path(typed.settings.output_root) / "plan"
-    return prepare(typed, exp.choices, machine, run_dir)[0]
+    return resolve(exp, exp.run_dir or Path(exp.config.output_root) / "plan").plan
 
 
 def run(experiment: Experiment | Sequence[str], config_dir: str | None = None) -> RunResult:

@@ -1,20 +1,20 @@
-"""The life of one run on the driver: plan, track, launch, record, end.
+"""The life of one run on the driver: resolve, lock, start, supervise, record, end.
 
-Shared by the CLI and the Python API. The driver never imports TensorFlow:
-it plans, writes ``config.yaml`` and ``plan.json`` into the run directory,
-starts the ranks through the configured launcher, opens the tracked run while
-they import TensorFlow, relays rank 0's metrics and always ends the run.
+Shared by the CLI and the Python API. The driver never imports TensorFlow: it resolves
+the experiment (:func:`tntrun.preparation.resolve`), writes ``config.yaml`` and
+``plan.json`` into the run directory, starts the ranks through the configured launcher,
+opens the tracked run while they import TensorFlow, relays rank 0's metrics and always
+ends the run.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
-from tntrun.config.settings import Settings
-from tntrun.config.zoo import SizedDataset
 from tntrun.contract import run_files
 from tntrun.contract.checkpoints import adopt
 from tntrun.contract.disk import disk_error_of
@@ -23,7 +23,6 @@ from tntrun.contract.exit_codes import EXIT_INTERRUPTED, EXIT_TRACKING_PENDING
 from tntrun.contract.node_metrics import carry_over
 from tntrun.contract.run_lock import RunDirBusy, RunDirLock, taken_early
 from tntrun.contract.run_status import RunStatus
-from tntrun.environments import ClusterEnvironment
 from tntrun.errors import PlanError
 from tntrun.experiment import Experiment, RunResult, config_error
 from tntrun.launch.discovery import discovery_problems
@@ -32,19 +31,9 @@ from tntrun.launch.preemption import record_first
 from tntrun.launch.supervisor import Outcome, Supervisor
 from tntrun.planning.machine import device_problems, tensorboard_problems
 from tntrun.planning.plan import Plan
-from tntrun.planning.resume import AUTO, ResumedRun, first_resumable, load_resumed_run
 from tntrun.planning.schedule_chart import write_schedule_chart
 from tntrun.planning.view import render_plan
-from tntrun.preparation import (
-    DriverFacts,
-    PlanInputs,
-    TypedExperiment,
-    gather_facts,
-    prepare,
-    typed_experiment,
-)
-from tntrun.tracking import Tracker, tracker_for
-from tntrun.tracking.mlflow_store import sqlite_path
+from tntrun.preparation import PreparedRun, TypedExperiment, resolve
 from tntrun.tracking.opening import RunOrigin
 from tntrun.tracking.recorder import Recorder
 
@@ -63,13 +52,12 @@ def dry_run(typed: TypedExperiment, plan: Plan, run_dir: Path, assumed: str | No
 
 
 def run(exp: Experiment) -> RunResult:
-    """Plan, track and launch one run (or continue one); never leaves it RUNNING. The run
+    """Resolve and start one run (or continue one); never leaves it RUNNING. The run
     directory is locked (one run a directory) from before anything is written into it."""
     run_dir = exp.run_dir or Path(exp.config.output_root).resolve() / "runs" / "api"
     early = taken_early(run_dir)  # the CLI's, taken before Hydra wrote into the directory
     try:
-        facts = gather_facts()  # a cluster environment's allocation may be unusable
-        planned = plan_run(exp, facts, run_dir)
+        prepared = resolve(exp, run_dir)
     except ValueError as err:  # PlanError; a cluster's LayoutError, a checkpoint's metadata
         if early is not None:
             early.release()
@@ -86,85 +74,89 @@ def run(exp: Experiment) -> RunResult:
                 f"tntrun: note: took over {lock.path} from a tntrun that ended without "
                 f"releasing it ({lock.stale})"
             )
-        return start(exp, facts, planned, run_dir)
+        return start(prepared)
 
 
-@dataclass(frozen=True)
-class Planned:
-    """A run planned, before anything is written: its config, plan and what it continues."""
-
-    typed: TypedExperiment
-    plan: Plan
-    sized: SizedDataset
-    inputs: PlanInputs
-    resumed: ResumedRun | None
-    tracker: Tracker
-
-
-def plan_run(exp: Experiment, facts: DriverFacts, run_dir: Path) -> Planned:
-    """Type the config, find the run to continue (if any) and derive the plan; raises
-    PlanError. Writes nothing into the run directory."""
-    allocated = facts.machine.allocation
-    typed = typed_experiment(exp.config, exp.overrides, allocated)
-    settings = typed.settings
-    tracker = tracker_for(settings.tracker_settings(), Path(settings.output_root))
-    reference, how = resume_reference(typed, tracker, facts)
-    resumed = resume_of(exp, settings, tracker, reference, how) if reference else None
-    if resumed:  # the stored config, with the layout filled as for a new run
-        typed = typed_experiment(resumed.config, exp.overrides, allocated)
-    point = resumed.point if resumed else None
-    plan, sized, inputs = prepare(typed, exp.choices, facts.machine, run_dir, point)
-    return Planned(typed, plan, sized, inputs, resumed, tracker)
-
-
-def start(exp: Experiment, facts: DriverFacts, planned: Planned, run_dir: Path) -> RunResult:
+def start(prepared: PreparedRun) -> RunResult:
     """Write the run's inputs into its (locked) directory and launch it (or dry-run it)."""
-    typed, plan, resumed, tracker = planned.typed, planned.plan, planned.resumed, planned.tracker
-    if resumed:
-        for damaged in resumed.damaged:
-            log.warning(f"tntrun: {damaged}")
-        log.info(f"tntrun: {resumed.how}: continuing run {resumed.run_id}")
-    keras_note = keras_override_note(os.environ)
-    for note in [*plan.notes(), *([keras_note] if keras_note else [])]:
-        log.warning(f"tntrun: note: {note}")
+    plan, run_dir = prepared.plan, prepared.run_dir
+    announce(prepared)
     if plan.settings.dry_run:
-        dry_run(typed, plan, run_dir, planned.sized.assumed)
+        dry_run(prepared.typed, plan, run_dir, prepared.sized.assumed)
         return RunResult(RunStatus.PLANNED, 0, run_dir, plan=plan)
-    problems = device_problems(plan.hosts, plan.gpus_per_node, facts.machine)
-    problems += tensorboard_problems(plan.settings.train.tensorboard)
-    if plan.elastic_nodes is not None:
-        problems += discovery_problems(plan.settings.elastic.discovery, plan.ranks_per_node)
-    problems = problems or tracker.problems()
+    problems = launch_problems(prepared)
     if problems:
         return config_error(problems, run_dir)
     try:
-        write_inputs(planned, run_dir)
+        write_inputs(prepared)
     except OSError as err:  # a full disk: refused before launch, in one line
         disk = disk_error_of(err, run_dir)
         if disk is None:
             raise
         return config_error([f"run directory {run_dir}: {disk}"], run_dir)
-    log.info(
+    log.info(layout_line(plan))
+    return supervise_and_record(prepared)
+
+
+def announce(prepared: PreparedRun) -> None:
+    """What the user should know before the run starts: the run it continues (and damaged
+    checkpoints set aside), the plan's notes and an ignored Keras choice."""
+    resumed = prepared.resumed
+    if resumed:
+        for damaged in resumed.damaged:
+            log.warning(f"tntrun: {damaged}")
+        log.info(f"tntrun: {resumed.how}: continuing run {resumed.run_id}")
+    keras_note = keras_override_note(os.environ)
+    for note in [*prepared.plan.notes(), *([keras_note] if keras_note else [])]:
+        log.warning(f"tntrun: note: {note}")
+
+
+def launch_problems(prepared: PreparedRun) -> list[str]:
+    """Why the ranks cannot start here (devices, TensorBoard, elastic discovery), else why
+    the tracking store cannot take the run; checked before anything is written."""
+    plan = prepared.plan
+    problems = device_problems(plan.hosts, plan.gpus_per_node, prepared.facts.machine)
+    problems += tensorboard_problems(plan.settings.train.tensorboard)
+    if plan.elastic_nodes is not None:
+        problems += discovery_problems(plan.settings.elastic.discovery, plan.ranks_per_node)
+    return problems or prepared.tracker.problems()
+
+
+def write_inputs(prepared: PreparedRun) -> None:
+    """The ranks' inputs (config.yaml, plan.json) and a resumed run's checkpoint."""
+    resumed, run_dir = prepared.resumed, prepared.run_dir
+    if resumed:  # the run's newest directory holds its newest checkpoint (resume=auto)
+        adopt(Path(resumed.point.checkpoint), run_dir)
+        carry_over(resumed.run_dir, run_dir)  # each host's system metrics go on from there
+    (run_dir / run_files.CONFIG).write_text(prepared.typed.recorded_yaml)
+    prepared.plan.save(run_dir / run_files.PLAN)
+
+
+def layout_line(plan: Plan) -> str:
+    """The run's layout, batch, steps and LR in one line, as the ranks start."""
+    return (
         f"tntrun: {plan.world_size} ranks on {', '.join(f'{h}:{s}' for h, s in plan.hosts)}; "
         f"global batch {plan.global_batch_size} = {plan.world_size} x {plan.micro_batch_size}; "
         f"{plan.steps_per_epoch} steps/epoch x {plan.epochs} epochs; lr {plan.scaled_lr:g}"
     )
+
+
+def recorder_for(prepared: PreparedRun, current_plan: Callable[[], Plan]) -> Recorder:
+    """The recorder of the run: how it was started (overrides, choices, the sweep it is a
+    job of, the driver's and the cluster job's tags), what it continues and where it reads
+    the current plan (``current_plan``: the supervisor's)."""
+    exp, facts = prepared.experiment, prepared.facts
     launch_tags = {**driver_tags(), **facts.cluster.tags()}
     origin = RunOrigin(exp.overrides, exp.choices, exp.parent_run_id, exp.job, launch_tags)
-    recorder = Recorder(
-        tracker, plan, typed.recorded, run_dir, origin, resumed, planned.inputs.info
+    return Recorder(
+        prepared.tracker,
+        current_plan,
+        prepared.typed.recorded,
+        prepared.run_dir,
+        origin,
+        prepared.resumed,
+        prepared.inputs.info,
     )
-    return supervise_and_record(recorder, planned.inputs, plan, facts.cluster)
-
-
-def write_inputs(planned: Planned, run_dir: Path) -> None:
-    """The ranks' inputs (config.yaml, plan.json) and a resumed run's checkpoint."""
-    resumed = planned.resumed
-    if resumed:  # the run's newest directory holds its newest checkpoint (resume=auto)
-        adopt(Path(resumed.point.checkpoint), run_dir)
-        carry_over(resumed.run_dir, run_dir)  # each host's system metrics go on from there
-    (run_dir / run_files.CONFIG).write_text(planned.typed.recorded_yaml)
-    planned.plan.save(run_dir / run_files.PLAN)
 
 
 def problems_of(err: ValueError) -> list[str]:
@@ -174,79 +166,33 @@ def problems_of(err: ValueError) -> list[str]:
     return [" ".join(str(err).split()) or type(err).__name__]
 
 
-def resume_reference(
-    typed: TypedExperiment, tracker: Tracker, facts: DriverFacts
-) -> tuple[str | None, str]:
-    """The run to continue and how it was chosen: ``resume=`` as given; for ``resume=auto``
-    the newest unfinished run of this config with a checkpoint, and for a requeued Slurm
-    job the newest of that job (None: start a new run)."""
-    resume, job, cluster = typed.settings.resume, facts.requeued_job, facts.cluster
-    if resume not in (None, AUTO):
-        return resume, f"resume={resume}"
-    if job is not None:
-        how = f"requeued {cluster.title} job {job} (restart {cluster.restart_count()})"
-        wanted = cluster.tags()
-    elif resume == AUTO:
-        how, wanted = "resume=auto", {"config_hash": typed.config_hash}
-    else:
-        return None, ""
-    found = first_resumable(tracker.unfinished_runs(wanted))
-    if found is None:
-        log.info(
-            f"tntrun: {how}: no unfinished run of this {'job' if job else 'config'} with a "
-            f"checkpoint in {tracker.store}; starting a new run"
-        )
-    return found, how
-
-
-def resume_of(
-    exp: Experiment, settings: Settings, tracker: Tracker, reference: str, how: str
-) -> ResumedRun:
-    """The run ``reference`` names, with its config and checkpoint."""
-
-    def recorded_run_dir(run_id: str) -> str | None:
-        store_file = sqlite_path(tracker.store)
-        if store_file is not None and not store_file.exists():
-            raise LookupError(run_id)  # no store yet, so no such run: and none is created
-        found = tracker_for(settings.tracker_settings(), Path(settings.output_root))
-        found.attach(run_id)
-        return found.summary().tags.get("run_dir")
-
-    return load_resumed_run(
-        reference,
-        recorded_run_dir,
-        tracker.store,
-        exp.overrides,
-        list(exp.choices),
-        settings.resume_allow_layout_change,
-        how,
-    )
-
-
-def supervise_and_record(
-    recorder: Recorder, inputs: PlanInputs, plan: Plan, cluster: ClusterEnvironment
-) -> RunResult:
-    """Start the ranks (the supervisor) and record the run beside them (the recorder)."""
-    run_dir, tracker = inputs.run_dir, recorder.tracker
-    supervisor = Supervisor(plan, run_dir, inputs.plan)  # a restart: a new resume point
-    outcome = Outcome(RunStatus.FAILED, plan)
+def supervise_and_record(prepared: PreparedRun) -> RunResult:
+    """Start the ranks (the supervisor, which owns the current plan) and record the run
+    beside them (the recorder, which reads the plan from it)."""
+    inputs, run_dir = prepared.inputs, prepared.run_dir
+    supervisor = Supervisor(prepared.plan, run_dir, inputs.plan, inputs.launcher)
+    recorder = recorder_for(prepared, lambda: supervisor.plan)  # a restart: a new plan
+    outcome = Outcome(RunStatus.FAILED)
     try:
         outcome = supervisor.run(recorder)
     finally:
         with record_first():  # a signal now waits: the record is written (or left pending)
             recorder.end(outcome.status, outcome.stalled, outcome.disk)  # never leaves it RUNNING
     if outcome.preempted:
-        cluster.requeue(outcome.stop_signal)
+        prepared.facts.cluster.requeue(outcome.stop_signal)
+    return run_result(outcome, recorder, supervisor.plan, run_dir)
+
+
+def run_result(outcome: Outcome, recorder: Recorder, plan: Plan, run_dir: Path) -> RunResult:
+    """What became of the run: the supervisor's status and exit code, the recorder's run id
+    and final metrics (and exit 3 while its record waits for ``tntrun sync``)."""
     if outcome.refused:
         refused = config_error(list(outcome.refused), run_dir)
-        return replace(refused, run_id=tracker.run_id, plan=outcome.plan)
+        return replace(refused, run_id=recorder.tracker.run_id, plan=plan)
     recorded = recorder.report(outcome.status)
-    if not recorded.tracked:
-        killed = RunStatus.KILLED
-        return RunResult(killed, EXIT_INTERRUPTED, run_dir, recorded.run_id, plan=outcome.plan)
+    if not recorded.tracked:  # left to the tracking thread: a second Ctrl-C (KILLED)
+        return RunResult(outcome.status, EXIT_INTERRUPTED, run_dir, recorded.run_id, plan=plan)
     code = outcome.exit_code
     if recorded.pending and code == 0:  # trained, but the record waits for `tntrun sync`
         code = EXIT_TRACKING_PENDING
-    return RunResult(
-        outcome.status, code, run_dir, recorded.run_id, recorded.metrics, plan=outcome.plan
-    )
+    return RunResult(outcome.status, code, run_dir, recorded.run_id, recorded.metrics, plan=plan)

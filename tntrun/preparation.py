@@ -1,11 +1,13 @@
 """From a composed config to the typed settings and the Plan, before anything runs.
 
-The driver gathers its facts once (:func:`gather_facts`: the cluster environment and this
-machine); :func:`typed_experiment` types the composed config once (the layout the hosts or
-allocation give filled in, the settings, the problem's hash); :func:`prepare` vets the
-targets, sizes the dataset and derives the Plan. Past this module no stage reads the config
-tree: the Plan carries the settings, and a restart re-plans from :class:`PlanInputs` with
-only a new resume point.
+:func:`resolve` is the one path from an :class:`~tntrun.experiment.Experiment` to a
+:class:`PreparedRun`, shared by the CLI, ``api.plan`` and ``api.run``: it gathers the
+driver's facts once (:func:`gather_facts`: the cluster environment and this machine),
+types the composed config (:func:`typed_experiment`: the layout the hosts or allocation
+give filled in, the settings, the problem's hash), finds the run to continue, if any, and
+:func:`prepare` vets the targets, sizes the dataset and derives the Plan. Past this module
+no stage reads the config tree: the Plan carries the settings, and a restart re-plans from
+:class:`PlanInputs` with only a new resume point.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +26,14 @@ from tntrun.config.settings import Settings, problem_hash, settings_of
 from tntrun.config.zoo import SizedDataset, check_targets, size_dataset
 from tntrun.datasets.base import DatasetInfo
 from tntrun.environments import Allocation, ClusterEnvironment, detect
-from tntrun.launch.launcher import with_launch_command
+from tntrun.experiment import Experiment
+from tntrun.launch.launcher import Launcher, launcher_for, with_launch_command
 from tntrun.planning.machine import MachineFacts, machine_facts
 from tntrun.planning.plan import Plan
 from tntrun.planning.planner import build_plan
-from tntrun.planning.resume import ResumePoint
+from tntrun.planning.resume import ResumedRun, ResumePoint
+from tntrun.tracking import Tracker, TrackerSettings, tracker_for
+from tntrun.tracking.resume_lookup import resumed_run, run_to_continue
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,12 @@ class PlanInputs:
     machine: MachineFacts
     run_dir: Path
 
+    @cached_property
+    def launcher(self) -> Launcher:
+        """The settings' launcher, resolved once: it renders every plan's command (a
+        restart's too) and the supervisor starts the ranks with it. Raises PlanError."""
+        return launcher_for(self.settings.launcher)
+
     def plan(
         self, resume: ResumePoint | None = None, hosts: Sequence[tuple[str, int]] | None = None
     ) -> Plan:
@@ -103,7 +115,7 @@ class PlanInputs:
         planned = build_plan(
             settings, self.config_hash, self.info, self.machine, self.run_dir, resume
         )
-        return with_launch_command(planned, self.machine)
+        return with_launch_command(planned, self.machine, self.launcher)
 
 
 def prepare(
@@ -123,3 +135,60 @@ def prepare(
     sized = size_dataset(config.dataset, allow_published=settings.dry_run)
     inputs = PlanInputs(settings, typed.config_hash, sized.info, machine, run_dir)
     return inputs.plan(resume), sized, inputs
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    """An experiment resolved into everything running it takes, nothing written yet: where
+    the driver runs, the typed config, the plan, what the run continues and its tracker."""
+
+    experiment: Experiment
+    run_dir: Path
+    facts: DriverFacts
+    typed: TypedExperiment
+    plan: Plan
+    sized: SizedDataset
+    inputs: PlanInputs
+    resumed: ResumedRun | None
+    tracker: Tracker
+
+
+def resolve(exp: Experiment, run_dir: Path, facts: DriverFacts | None = None) -> PreparedRun:
+    """Type the experiment, find the run it continues (if any) and derive its plan, for a
+    run in ``run_dir``; raises PlanError (or the ValueError of an unusable allocation or
+    checkpoint). Writes nothing into the run directory."""
+    facts = facts or gather_facts()
+    allocated = facts.machine.allocation
+    typed = typed_experiment(exp.config, exp.overrides, allocated)
+    tracker_settings = TrackerSettings.of(typed.settings)
+    tracker = tracker_for(tracker_settings)
+    resumed = continued_run(exp, typed, tracker, tracker_settings, facts)
+    if resumed:  # the stored config, with the layout filled as for a new run
+        typed = typed_experiment(resumed.config, exp.overrides, allocated)
+    point = resumed.point if resumed else None
+    plan, sized, inputs = prepare(typed, exp.choices, facts.machine, run_dir, point)
+    return PreparedRun(exp, run_dir, facts, typed, plan, sized, inputs, resumed, tracker)
+
+
+def continued_run(
+    exp: Experiment,
+    typed: TypedExperiment,
+    tracker: Tracker,
+    tracker_settings: TrackerSettings,
+    facts: DriverFacts,
+) -> ResumedRun | None:
+    """The run this experiment continues (``resume=``, a requeued job), None for a new one."""
+    settings = typed.settings
+    reference, how = run_to_continue(
+        tracker, settings.resume, typed.config_hash, facts.cluster, facts.requeued_job
+    )
+    if reference is None:
+        return None
+    return resumed_run(
+        tracker_settings,
+        reference,
+        how,
+        exp.overrides,
+        list(exp.choices),
+        settings.resume_allow_layout_change,
+    )

@@ -136,7 +136,7 @@ def test_sigterm_interrupts_when_not_a_stop_signal_or_before_any_rank(tmp_path):
     ],
 )
 def test_a_run_a_signal_ended_exits_128_plus_its_number(status, ended_by, code):
-    assert Outcome(status, plan=None, ended_by=ended_by).exit_code == code
+    assert Outcome(status, ended_by=ended_by).exit_code == code
 
 
 def test_ranks_that_do_not_stop_in_time_are_stopped(tmp_path):
@@ -199,7 +199,7 @@ def test_signals_after_the_last_training_step_stop_nothing(tmp_path, caplog):
     assert said.startswith("tntrun: SIGTERM after the last training step: the ranks save")
     assert "checkpoint" not in said and "go on" not in said
     assert not stopped  # the grace period's timer was cancelled with the handlers
-    assert Outcome("FINISHED", plan=None, ended_by=signal.SIGTERM).exit_code == 0
+    assert Outcome("FINISHED", ended_by=signal.SIGTERM).exit_code == 0
 
 
 def test_while_the_record_is_written_a_signal_waits_for_it(caplog):

@@ -166,6 +166,7 @@ class Heard:
 
 def test_a_restart_falls_back_past_a_damaged_newest_checkpoint(tmp_path, compose_cfg, caplog):
     from tests.helpers.plans import plan_for
+    from tntrun.launch.launcher import launcher_for
     from tntrun.launch.rank_job import LaunchResult
     from tntrun.launch.supervisor import Supervisor
 
@@ -173,7 +174,12 @@ def test_a_restart_falls_back_past_a_damaged_newest_checkpoint(tmp_path, compose
     write(tmp_path, 1)
     flip_a_byte(write(tmp_path, 2) / "state.index")
     points = []
-    supervisor = Supervisor(plan, tmp_path, lambda point, hosts: points.append(point) or plan)
+
+    def replan(point, hosts):
+        points.append(point)
+        return plan
+
+    supervisor = Supervisor(plan, tmp_path, replan, launcher_for(plan.launcher))
     heard = Heard()
     assert supervisor.restart(LaunchResult(1, interrupted=False), heard)
     assert [Path(p.checkpoint).name for p in points] == ["epoch-0001"]

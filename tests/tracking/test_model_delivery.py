@@ -38,7 +38,7 @@ def finished_run(tmp_path, compose_cfg):
         for epoch in range(EPOCHS)
     ]
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
-    tracker = MlflowTracker({"uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}, tmp_path)
+    tracker = MlflowTracker.at(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path)
     tracker.start("run", {})
     return tracker, run_dir
 

@@ -25,7 +25,7 @@ def test_a_status_reads_and_writes_as_its_string(status):
 
 def test_results_given_a_string_carry_the_member(tmp_path):
     assert RunResult("FINISHED", 0, None).status is RunStatus.FINISHED
-    assert Outcome("KILLED", plan=None).status is RunStatus.KILLED
+    assert Outcome("KILLED").status is RunStatus.KILLED
     assert config_error(["bad"]).status is RunStatus.INVALID
     Pending("sqlite:///x.db", RunStatus.FAILED).save(tmp_path)
     assert Pending.load(tmp_path).status is RunStatus.FAILED

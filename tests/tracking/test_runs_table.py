@@ -8,8 +8,10 @@ import os
 
 from omegaconf import OmegaConf
 
+from tntrun.config.schema import TrackingConfig
 from tntrun.datasets.base import DatasetInfo
 from tntrun.engine.node_sampler import NodeSampler
+from tntrun.tracking import TrackerSettings
 from tntrun.tracking.mlflow_tracker import (
     EXPERIMENT_KIND,
     MODEL_TRAINING,
@@ -107,7 +109,9 @@ def test_source_tags_name_the_script_and_keep_the_command_line():
 
 def test_a_run_in_an_experiment_of_model_training_with_its_dataset_and_samples(tmp_path):
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    tracker = MlflowTracker({"uri": store, "experiment_name": "kind"}, tmp_path)
+    tracker = MlflowTracker(
+        TrackerSettings(TrackingConfig(uri=store, experiment_name="kind"), tmp_path)
+    )
     tracker.start("mlp-digits-2x32", source_tags(["tntrun"]))
     client = tracker.client
     assert client.get_experiment(tracker.experiment_id).tags[EXPERIMENT_KIND] == MODEL_TRAINING
@@ -133,7 +137,9 @@ def test_a_run_in_an_experiment_of_model_training_with_its_dataset_and_samples(t
     bare = client.create_experiment("bare")
     chosen = client.create_experiment("chosen", tags={EXPERIMENT_KIND: "genai_development"})
     for name, made in (("bare", bare), ("chosen", chosen)):
-        found = MlflowTracker({"uri": store, "experiment_name": name}, tmp_path).experiment_id
+        found = MlflowTracker(
+            TrackerSettings(TrackingConfig(uri=store, experiment_name=name), tmp_path)
+        ).experiment_id
         assert found == made
     assert client.get_experiment(bare).tags[EXPERIMENT_KIND] == MODEL_TRAINING
     assert client.get_experiment(chosen).tags[EXPERIMENT_KIND] == "genai_development"

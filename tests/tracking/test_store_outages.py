@@ -180,7 +180,7 @@ def test_a_deleted_sqlite_store_leaves_the_rest_pending_past_what_it_took(tmp_pa
     run_dir.mkdir()
     (run_dir / run_files.CONFIG).write_text("seed: 1\n")
     database = tmp_path / "store" / "mlflow.db"
-    tracker = MlflowTracker({"uri": f"sqlite:///{database}"}, tmp_path)
+    tracker = MlflowTracker.at(f"sqlite:///{database}", tmp_path)
     run_id = tracker.start("r", {})
     writer = MetricsWriter(run_dir)
     relay = MetricsRelay(run_dir / run_files.METRICS, tracker.log_metrics)

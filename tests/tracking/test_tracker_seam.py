@@ -23,7 +23,7 @@ from tntrun.tracking.report import rows_of
 
 
 def _tracker(tmp_path) -> MlflowTracker:
-    return MlflowTracker({"uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}, tmp_path)
+    return MlflowTracker.at(f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path)
 
 
 def test_the_mlflow_tracker_has_every_optional_capability(tmp_path):

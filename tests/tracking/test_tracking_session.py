@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tntrun.config.schema import TrackingConfig
+from tntrun.tracking import TrackerSettings
 from tntrun.tracking.mlflow_tracker import MlflowTracker
 from tntrun.tracking.session import TrackingSession, lower_thread_priority
 
@@ -16,7 +18,12 @@ from tntrun.tracking.session import TrackingSession, lower_thread_priority
 def _new_run(tmp_path: Path):
     def start() -> tuple[MlflowTracker, str | None]:
         tracker = MlflowTracker(
-            {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment_name": "session"}, tmp_path
+            TrackerSettings(
+                TrackingConfig(
+                    uri=f"sqlite:///{tmp_path / 'mlflow.db'}", experiment_name="session"
+                ),
+                tmp_path,
+            )
         )
         tracker.start("run", {})
         return tracker, "prefix"

@@ -80,10 +80,6 @@ class Settings(TntrunConfig):
     optimizer: OptimizerSettings = field(default_factory=OptimizerSettings)
     tracker_options: dict[str, Any] = field(default_factory=dict)
 
-    def tracker_settings(self) -> dict[str, Any]:
-        """The whole ``tracking`` section, as the tracker's class is given it."""
-        return {**plain_settings(self)["tracking"], **self.tracker_options}
-
 
 def settings_of(plain: Mapping[str, Any]) -> Settings:
     """Type a resolved config (a plain nested mapping, enums as names or members); one

@@ -98,10 +98,10 @@ def base_environment(spec: LaunchSpec) -> dict[str, str]:
     return env
 
 
-def with_launch_command(plan: Plan, facts: MachineFacts) -> Plan:
-    """``plan`` with the command and variables its launcher renders from it (recorded in
+def with_launch_command(plan: Plan, facts: MachineFacts, launcher: Launcher) -> Plan:
+    """``plan`` with the command and variables ``launcher`` (the plan's, resolved once by
+    the caller: the supervisor starts the ranks with it) renders from it (recorded in
     plan.json); PlanError when the launcher cannot run it."""
-    launcher = launcher_for(plan.launcher)
     spec = LaunchSpec(
         hosts=plan.hosts,
         world_size=plan.world_size,

@@ -20,7 +20,6 @@ from pathlib import Path
 
 from tntrun.contract.disk import DISK_MARK, disk_error_of
 from tntrun.contract.rank_logs import RankLogWriter
-from tntrun.contract.run_status import RunStatus
 from tntrun.launch.console_relay import ConsoleRelay, live_text
 from tntrun.launch.watchdog import StallWatchdog
 
@@ -40,18 +39,22 @@ START_UP_NOISE = re.compile(
 
 @dataclass(frozen=True)
 class LaunchResult:
+    """How one start of the ranks ended; the run's status is the supervisor's to decide."""
+
     returncode: int
-    interrupted: bool
+    interrupted: bool  # Ctrl-C stopped the job
     stalled: str | None = None
     disk: str | None = None  # a full or failing disk under the run directory, in one line
 
     @property
-    def status(self) -> RunStatus:
-        """The run status this outcome maps to."""
-        if self.interrupted:
-            return RunStatus.KILLED
-        ended_well = self.returncode == 0 and not self.stalled and not self.disk
-        return RunStatus.FINISHED if ended_well else RunStatus.FAILED
+    def ended_well(self) -> bool:
+        """Every rank finished: exit 0, not interrupted, no stall, no full disk."""
+        return self.returncode == 0 and not (self.interrupted or self.stalled or self.disk)
+
+    @property
+    def failed(self) -> bool:
+        """The ranks ended badly by themselves (not interrupted): a restart may be due."""
+        return not (self.interrupted or self.ended_well)
 
 
 def _stop(process: subprocess.Popen) -> None:

@@ -4,7 +4,9 @@ The :class:`Supervisor` starts the ranks through the plan's launcher, follows
 them to their end, restarts them from the newest checkpoint after a failure
 (``faults.max_restarts``), keeps the driver's heartbeat beating for them and turns
 a stop signal into a checkpoint (:mod:`tntrun.launch.preemption`). It returns an
-:class:`Outcome`. What happens beside the ranks (the tracked run) hears of them
+:class:`Outcome`, whose status is decided here alone (:func:`ended_status`), and owns the
+current plan (:attr:`Supervisor.plan`: a restart or an elastic resize re-plans), which the
+recorder and the driver read from it. What happens beside the ranks (the tracked run) hears of them
 through :class:`RankEvents`; the supervisor knows nothing of tracking.
 """
 
@@ -32,7 +34,7 @@ from tntrun.errors import PlanError
 from tntrun.launch.attempt_logs import archive_attempt
 from tntrun.launch.discovery import Hosts
 from tntrun.launch.elastic import ElasticHosts
-from tntrun.launch.launcher import launcher_for
+from tntrun.launch.launcher import Launcher
 from tntrun.launch.preemption import StopOnSignals
 from tntrun.launch.rank_job import LaunchResult, RankJob, StallWatch
 from tntrun.planning.plan import Plan
@@ -50,8 +52,7 @@ DRIVER_START = process_start_time()  # ranks report their first step relative to
 class Outcome:
     """How the ranks ended."""
 
-    status: RunStatus  # FINISHED, FAILED or KILLED
-    plan: Plan  # the plan the ranks last ran (a restart re-plans)
+    status: RunStatus  # FINISHED, FAILED or KILLED (ended_status)
     stalled: str | None = None  # why the stall watchdog ended them
     refused: tuple[str, ...] = ()  # the launcher's pre-flight problems: no rank started
     stop_signal: signal.Signals | None = None  # the signal that asked them to checkpoint
@@ -97,10 +98,10 @@ class RankEvents(Protocol):
 class Supervisor:
     """The ranks of one launch (see the module doc)."""
 
-    def __init__(self, plan: Plan, run_dir: Path, replan: Replan) -> None:
-        self.plan, self.run_dir = plan, run_dir
+    def __init__(self, plan: Plan, run_dir: Path, replan: Replan, launcher: Launcher) -> None:
+        self.plan, self.run_dir = plan, run_dir  # the current plan: read it here
         self.replan = replan  # the plan to continue from a checkpoint with (raises PlanError)
-        self.launcher = launcher_for(plan.launcher)
+        self.launcher = launcher  # the one that rendered the plan's command
         self.job: RankJob | None = None
         self.restarts = 0  # of the ranks after a failure in this launch (faults.max_restarts)
         self.elastic = ElasticHosts(plan, self.ask_ranks_to_stop) if plan.elastic_nodes else None
@@ -116,7 +117,9 @@ class Supervisor:
 
     def run(self, events: RankEvents) -> Outcome:
         """Pre-flight, start and follow the ranks (restarting them as allowed); how they ended."""
-        status, stalled, refused, disk = RunStatus.FAILED, None, (), None
+        result: LaunchResult | None = None
+        refused: tuple[str, ...] = ()
+        interrupted = False
         try:
             with self.stopping.installed():
                 try:
@@ -126,18 +129,17 @@ class Supervisor:
                     events.refused(refused)
                 else:
                     result = self.follow(events)
-                    status, stalled, disk = result.status, result.stalled, result.disk
-                    if self.preempted() or (self.signalled() and status != RunStatus.FINISHED):
-                        status = RunStatus.KILLED  # asked to stop: checkpointed (preempted) or not
         except KeyboardInterrupt:
-            status = RunStatus.KILLED
+            interrupted = True
         finally:
             if self.job is not None:
                 self.job.stop()
-        stopping = self.stopping
-        received, preempted = stopping.received, self.preempted()
+        stopping, preempted = self.stopping, self.preempted()
+        status = ended_status(result, interrupted, self.signalled(), preempted)
+        stalled, disk = (result.stalled, result.disk) if result else (None, None)
+        received = stopping.received
         ended_by = stopping.interrupted_by or received or stopping.after_training  # else Ctrl-C
-        return Outcome(status, self.plan, stalled, refused, received, preempted, ended_by, disk)
+        return Outcome(status, stalled, refused, received, preempted, ended_by, disk)
 
     def signalled(self) -> bool:
         """Whether a stop signal came while the ranks ran (before or after the last step)."""
@@ -209,7 +211,7 @@ class Supervisor:
         if hosts is not None:
             return self.restart(outcome, events, hosts)
         limit = self.plan.settings.faults.max_restarts
-        if outcome.status != RunStatus.FAILED or self.restarts >= limit or self.too_few_hosts:
+        if not outcome.failed or self.restarts >= limit or self.too_few_hosts:
             return False
         if outcome.disk:  # a restart would meet the same full disk
             log.warning(f"tntrun: not restarting the ranks: {outcome.disk}")
@@ -223,7 +225,7 @@ class Supervisor:
     def hosts_after_failure(self, outcome: LaunchResult) -> Hosts | None:
         """The hosts an elastic run goes on with after a failed attempt (None: the same
         ones, not elastic, or too few: :attr:`too_few_hosts`)."""
-        if self.elastic is None or outcome.status != RunStatus.FAILED:
+        if self.elastic is None or not outcome.failed:
             return None
         hosts = self.elastic.after_failure(self.plan.hosts)
         self.too_few_hosts = hosts is None
@@ -262,6 +264,24 @@ class Supervisor:
         log.info(f"tntrun: {said} from {checkpoint.name}, in the same run")
         events.restarted(number, f"{why}; from {checkpoint.name}", plan)
         return True
+
+
+def ended_status(
+    result: LaunchResult | None, interrupted: bool, signalled: bool, preempted: bool
+) -> RunStatus:
+    """The run's status, decided here only. KILLED: Ctrl-C (``interrupted``, or the job's
+    own ``result.interrupted``), the ranks checkpointed on a stop request (``preempted``), or
+    a stop signal came (``signalled``) and they did not finish; FINISHED when they ended
+    well; FAILED otherwise, and when the launcher refused to start them (``result`` None)."""
+    if interrupted:
+        return RunStatus.KILLED
+    if result is None:
+        return RunStatus.FAILED
+    if preempted or result.interrupted:
+        return RunStatus.KILLED
+    if result.ended_well:
+        return RunStatus.FINISHED
+    return RunStatus.KILLED if signalled else RunStatus.FAILED
 
 
 def resize_reason(before: Plan, after: Plan) -> str:

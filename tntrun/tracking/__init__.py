@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from tntrun.config.schema import TRACKING_KEYS, TrackingConfig
+from tntrun.config.settings import Settings, tracking_settings
 from tntrun.contract.metrics import MetricPoint
 from tntrun.contract.run_status import RunStatus
 
@@ -152,19 +154,47 @@ def children_of(tracker: Tracker) -> list[RunSummary]:
     return tracker.children()
 
 
-def tracker_for(settings: Mapping[str, Any], output_root: Path) -> Tracker:
-    """The tracker named by ``tracking._target_``, given the whole ``tracking`` config."""
+@dataclass(frozen=True)
+class TrackerSettings:
+    """What a tracker is made from, the same from a run and from a sweep: the typed
+    ``tracking`` section, where outputs go (the default store's folder) and the keys only
+    another tracker than MLflow's takes (``+tracking.<key>``)."""
+
+    tracking: TrackingConfig
+    output_root: Path
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, settings: Settings) -> TrackerSettings:
+        """A run's: its settings already typed the section, so nothing is serialised."""
+        return cls(settings.tracking, Path(settings.output_root), settings.tracker_options)
+
+    @classmethod
+    def of_section(cls, tracking: Mapping[str, Any], output_root: str | Path) -> TrackerSettings:
+        """A composed ``tracking`` section not yet typed (a sweep's, before any job)."""
+        plain = dict(tracking)
+        options = {key: value for key, value in plain.items() if key not in TRACKING_KEYS}
+        return cls(tracking_settings(plain), Path(output_root), options)
+
+    @classmethod
+    def at(cls, uri: str | None, output_root: str | Path = "outputs") -> TrackerSettings:
+        """The default tracker on the store at ``uri`` (a command that names only the store)."""
+        return cls(TrackingConfig(uri=uri), Path(output_root))
+
+
+def tracker_for(settings: TrackerSettings) -> Tracker:
+    """The tracker named by ``tracking._target_``, made from ``settings``."""
     from tntrun.errors import PlanError
     from tntrun.registry import find_class
 
-    target = str(settings.get("_target_") or "")
+    target = settings.tracking._target_
     cls = find_class(target, {})
     if cls is None:
         raise PlanError(
             f"tracking._target_={target}: no such class; use "
             "tntrun.tracking.mlflow_tracker.MlflowTracker or your own Tracker class"
         )
-    return cls(settings, output_root)
+    return cls(settings)
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:

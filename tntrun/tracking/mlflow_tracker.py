@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from tntrun.config.schema import DEFAULT_EXPERIMENT
 from tntrun.contract.run_status import RunStatus
-from tntrun.tracking import MetricPoint, RunSummary
+from tntrun.tracking import MetricPoint, RunSummary, TrackerSettings
 from tntrun.tracking.lost_runs import DRIVER_LOST_TAG, announce_lost, lost_runs
 from tntrun.tracking.mlflow_models import find_run_model, log_logged_model, register_version
 from tntrun.tracking.mlflow_store import (
@@ -53,16 +53,17 @@ class MlflowTracker:
 
     label = "MLflow"
 
-    def __init__(self, settings: Mapping[str, Any], output_root: Path) -> None:
-        self.store = tracking_uri(settings.get("uri"), Path(output_root))
+    def __init__(self, settings: TrackerSettings) -> None:
+        output_root = settings.output_root
+        self.store = tracking_uri(settings.tracking.uri, output_root)
         # tracking.experiment_name, else MLflow's own variable, else tntrun's default (also for
         # `tntrun report` and a store lookup, which name only the store).
         self.experiment_name = str(
-            settings.get("experiment_name")
+            settings.tracking.experiment_name
             or os.environ.get("MLFLOW_EXPERIMENT_NAME")
             or DEFAULT_EXPERIMENT
         )
-        self.artifact_root = Path(output_root) / ARTIFACTS
+        self.artifact_root = output_root / ARTIFACTS
         self.run_id: str | None = None
         self._experiment_id: str | None = None
         bound_http_retries(self.store)  # a server gone away fails a request in seconds
@@ -70,7 +71,7 @@ class MlflowTracker:
     @classmethod
     def at(cls, uri: str | None, output_root: Path = Path("outputs")) -> MlflowTracker:
         """A tracker on ``uri`` (else $MLFLOW_TRACKING_URI, else output_root's store)."""
-        return cls({"uri": uri}, output_root)
+        return cls(TrackerSettings.at(uri, output_root))
 
     @property
     def uri(self) -> str:

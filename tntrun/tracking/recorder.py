@@ -8,8 +8,9 @@ ranks through the supervisor's events (``ranks_started``, ``restarting``,
 ``restarted``, ``ranks_ended``, ``refused``) and knows nothing of how they run.
 
 The tracking thread, the relay's thread and the main thread all touch its state
-(the plan, the restart count, whether opening waits for the store), so that state
-lives under one lock.
+(the restart count, whether opening waits for the store), so that state lives under
+one lock. The plan is the supervisor's (a restart or an elastic resize re-plans): the
+recorder reads the current one from it.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ class Recorder:
     def __init__(
         self,
         tracker: Tracker,
-        plan: Plan,
+        current_plan: Callable[[], Plan],
         recorded_config: Mapping[str, Any],
         run_dir: Path,
         origin: RunOrigin,
@@ -78,8 +79,8 @@ class Recorder:
         self.recorded_config = recorded_config  # config.yaml's values: the run's params
         self.resumed = resumed
         self.dataset = dataset  # the sizes planned with, recorded with the run
+        self.current_plan = current_plan  # the supervisor's: a restart or a resize re-plans
         self._lock = threading.RLock()  # guards everything below
-        self._plan = plan  # a restart re-plans
         self._restarts = 0  # the run's restarts so far (failures, preemptions, resumptions)
         self._deferred = False  # the store was unreachable when the run was to be opened
         self._session: TrackingSession | None = None
@@ -113,7 +114,6 @@ class Recorder:
     def restarted(self, number: int, detail: str, plan: Plan) -> None:
         """The ranks restarted from a checkpoint with ``plan``: tag why and from where."""
         with self._lock:
-            self._plan = plan
             if not self.tracker.run_id:
                 return
             tags = {"restarts": str(self._restarts), f"restart.{number}": detail}
@@ -139,7 +139,7 @@ class Recorder:
 
     def open(self) -> None:
         """Create the tracked run (or reopen the resumed one) and log its params."""
-        tracker, run_dir = self.tracker, self.run_dir
+        tracker, run_dir, plan = self.tracker, self.run_dir, self.current_plan()
         with self._lock:
             if tracker.run_id:  # created before the store went away: the rest again
                 run_id = tracker.run_id
@@ -148,19 +148,19 @@ class Recorder:
                 recorded = tracker.reopen(run_id)
                 self._restarts = int(recorded.get("restarts", 0)) + 1
                 tags = resume_tags(
-                    self.resumed, self._plan, run_dir, self.origin, recorded, self._restarts
-                ) | user_tags(self._plan.settings.tracking)
-                tags["config_hash"] = self._plan.config_hash  # a run older than the hash's keys
+                    self.resumed, plan, run_dir, self.origin, recorded, self._restarts
+                ) | user_tags(plan.settings.tracking)
+                tags["config_hash"] = plan.config_hash  # a run older than the hash's keys
                 for key, value in tags.items():
                     tracker.set_tag(key, value)
             else:
-                tags = new_run_tags(self._plan, run_dir, self.origin)
-                name = run_name(self._plan, self.origin)
+                tags = new_run_tags(plan, run_dir, self.origin)
+                name = run_name(plan, self.origin)
                 run_id = tracker.start(name, tags, self.origin.parent_run_id)
             (run_dir / run_files.RUN_ID).write_text(run_id)
             if not self.resumed:
                 config = self.recorded_config
-                log_run_params(tracker, config, self._plan, self.origin, self.dataset)
+                log_run_params(tracker, config, plan, self.origin, self.dataset)
         log.info(f"tntrun: {tracker.label} run {run_id} in {tracker.store}")
 
     def _open_tracked(self) -> tuple[Tracker, str | None]:
@@ -224,8 +224,7 @@ class Recorder:
     ) -> MetricsRelay:
         """Rank 0's metrics and each host's system metrics (sampled beside the ranks),
         named per node on a multi-node run."""
-        with self._lock:
-            per_node = self._plan.nodes > 1
+        per_node = self.current_plan().nodes > 1
         return MetricsRelay.of_run(
             self.run_dir,
             self._send_metrics,
@@ -252,7 +251,7 @@ class Recorder:
         abandoned = self._session is not None and self._session.abandoned
         with self._lock:
             tracked = bool(self.tracker.run_id or self._deferred) and not abandoned
-            plan = self._plan
+        plan = self.current_plan()
         if status == RunStatus.FAILED:
             self._failure = f"disk: {disk}" if disk else failure_reason(self.run_dir, stalled)
         if not tracked:
@@ -269,7 +268,7 @@ class Recorder:
         """Deliver the rest (metrics, outputs) and set the final status, retrying through an
         outage of the store for ``tracking.outage_grace_s``; then leave what is still pending
         in the run directory for ``tntrun sync``."""
-        store = self.tracker.store
+        store, plan = self.tracker.store, self.current_plan()
         with self._lock:
             relay = self._relay or self._run_relay()
             waiting = relay.failure is not None or self._deferred
@@ -281,10 +280,10 @@ class Recorder:
             stalled,
             self.prefix,
             self._open_deferred,
-            models=run_models(self._plan, self.origin.parent_run_id),
+            models=run_models(plan, self.origin.parent_run_id),
             disk=disk,
         )
-        grace = self._plan.settings.tracking.outage_grace_s
+        grace = plan.settings.tracking.outage_grace_s
         if waiting:
             log.warning(
                 f"tntrun: waiting up to {grace:g} s (tracking.outage_grace_s) for "
@@ -301,7 +300,7 @@ class Recorder:
 
     def _left(self, status: RunStatus, stalled: str | None) -> Pending:
         """What the store has not received, as it stands now (the delivery adds its progress)."""
-        tracker = self.tracker
+        tracker, plan = self.tracker, self.current_plan()
         with self._lock:
             return Pending(
                 tracker.store,
@@ -310,11 +309,9 @@ class Recorder:
                 params_logged=not self._deferred,
                 stalled=stalled,
                 prefix=self.prefix,
-                run_name=run_name(self._plan, self.origin),
+                run_name=run_name(plan, self.origin),
                 parent_run_id=self.origin.parent_run_id,
-                tags=None
-                if tracker.run_id
-                else new_run_tags(self._plan, self.run_dir, self.origin),
+                tags=None if tracker.run_id else new_run_tags(plan, self.run_dir, self.origin),
             )
 
     def report(self, status: RunStatus) -> Recorded:

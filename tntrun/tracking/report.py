@@ -19,8 +19,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tntrun.config.schema import TrackingConfig
-from tntrun.tracking import RunSummary, Tracker, children_of, tracker_for
+from tntrun.tracking import RunSummary, Tracker, TrackerSettings, children_of, tracker_for
 from tntrun.tracking.seed_groups import seed_groups, seeds_markdown
 from tntrun.tracking.sweep_parent import parent_run_id
 
@@ -134,7 +133,7 @@ def find_parent(reference: str, uri: str | None) -> Tracker:
     """The parent run of a sweep directory (its marker file) or a parent run id, in the
     default tracker's store at ``uri``."""
     run_id = parent_run_id(Path(reference)) or reference
-    tracker = tracker_for({"_target_": TrackingConfig._target_, "uri": uri}, Path("outputs"))
+    tracker = tracker_for(TrackerSettings.at(uri))
     tracker.attach(run_id)
     return tracker
 

@@ -64,25 +64,8 @@ def record_outputs(
 ) -> None:
     """Attach the run's outputs and, for a failed run, why it failed (traceback, stall or
     a full disk)."""
-
-    def path(name: str) -> str | None:
-        return f"{prefix}/{name}" if prefix else name
-
-    for name in run_files.OUTPUT_FILES:
-        if (run_dir / name).exists():
-            tracker.log_artifact(run_dir / name, prefix)
-    for folder, name in run_files.OUTPUT_FOLDERS:
-        if (run_dir / folder).is_dir():
-            tracker.log_artifact(run_dir / folder, path(name))
-    checkpoint = latest_checkpoint(run_dir)
-    if checkpoint is not None:
-        tracker.log_artifact(checkpoint, path(f"checkpoint/{checkpoint.name}"))
-    best = best_checkpoint(run_dir)
-    if best is not None:
-        folder, found = best
-        tracker.log_artifact(folder, path("best"))
-        tracker.set_tag("best.epoch", str(found["epoch"]))
-        tracker.set_tag(f"best.{found['monitor']}", f"{found['value']:.6g}")
+    log_output_files(tracker, run_dir, prefix)
+    log_checkpoints(tracker, run_dir, prefix)
     tags = {
         **nonfinite_tags(run_dir),
         **preemption_tags(run_dir),
@@ -91,6 +74,47 @@ def record_outputs(
     }
     for key, value in tags.items():
         tracker.set_tag(key, value)
+    record_failure(tracker, run_dir, status, prefix, stalled, disk)
+
+
+def artifact_path(prefix: str | None, name: str) -> str:
+    """Where ``name`` goes among the run's artifacts (a resumed run's under its prefix)."""
+    return f"{prefix}/{name}" if prefix else name
+
+
+def log_output_files(tracker: Tracker, run_dir: Path, prefix: str | None) -> None:
+    """The run directory's output files and folders that exist."""
+    for name in run_files.OUTPUT_FILES:
+        if (run_dir / name).exists():
+            tracker.log_artifact(run_dir / name, prefix)
+    for folder, name in run_files.OUTPUT_FOLDERS:
+        if (run_dir / folder).is_dir():
+            tracker.log_artifact(run_dir / folder, artifact_path(prefix, name))
+
+
+def log_checkpoints(tracker: Tracker, run_dir: Path, prefix: str | None) -> None:
+    """The newest checkpoint, and the best one with its epoch and monitored value."""
+    checkpoint = latest_checkpoint(run_dir)
+    if checkpoint is not None:
+        tracker.log_artifact(checkpoint, artifact_path(prefix, f"checkpoint/{checkpoint.name}"))
+    best = best_checkpoint(run_dir)
+    if best is not None:
+        folder, found = best
+        tracker.log_artifact(folder, artifact_path(prefix, "best"))
+        tracker.set_tag("best.epoch", str(found["epoch"]))
+        tracker.set_tag(f"best.{found['monitor']}", f"{found['value']:.6g}")
+
+
+def record_failure(
+    tracker: Tracker,
+    run_dir: Path,
+    status: RunStatus,
+    prefix: str | None,
+    stalled: str | None,
+    disk: str | None,
+) -> None:
+    """Why the run failed, as tags (and the failing rank's traceback as an artifact): the
+    stall, a full disk, the loss set-up, else the first rank's exception."""
     loss_setup = run_dir / run_files.LOSS_SETUP
     if stalled:
         tracker.set_tag("failure.stalled", stalled)

@@ -23,7 +23,7 @@ from tntrun.contract.exit_codes import EXIT_CONFIG_ERROR
 from tntrun.contract.metrics import lowest_is_best
 from tntrun.contract.run_status import RunStatus
 from tntrun.errors import print_problems
-from tntrun.tracking import RunSummary, Tracker, children_of, tracker_for
+from tntrun.tracking import RunSummary, Tracker, TrackerSettings, children_of, tracker_for
 from tntrun.tracking.logged_model import register_best_job
 from tntrun.tracking.provenance import source_tags
 from tntrun.tracking.report import write_report
@@ -36,7 +36,9 @@ unfinished_jobs: list[str] = []
 
 
 def _tracker(config: DictConfig) -> Tracker:
-    return tracker_for(config.tracking, Path(config.output_root))
+    """The sweep's tracker, made as a job's is (:class:`TrackerSettings`)."""
+    tracking = OmegaConf.to_container(config.tracking, resolve=True)
+    return tracker_for(TrackerSettings.of_section(tracking, config.output_root))
 
 
 def sweeper_direction(config: DictConfig) -> str | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -108,10 +109,10 @@ def sync(run_dir: Path, pending: Pending, uri: str, wait_s: float = 0.0) -> int:
 
 def store_tracker(plan: Plan, uri: str) -> Tracker:
     """The run's own tracker (its ``tracking`` settings) on the store at ``uri``."""
-    from tntrun.tracking import tracker_for
+    from tntrun.tracking import TrackerSettings, tracker_for
 
-    settings = plan.settings
-    return tracker_for({**settings.tracker_settings(), "uri": uri}, Path(settings.output_root))
+    settings = TrackerSettings.of(plan.settings)
+    return tracker_for(replace(settings, tracking=replace(settings.tracking, uri=uri)))
 
 
 def open_synced_run(delivery: Delivery, plan: Plan, pending: Pending) -> None:
