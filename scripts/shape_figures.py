@@ -4,7 +4,8 @@
 - functions longer than 40 lines in ``tntrun/``;
 - Horovod knobs looked up by string (a comparison against ``<knob>.key``);
 - modules with logic (a function or class) in ``planning/``, ``launch/`` and ``engine/``
-  that no test imports.
+  that no test imports; in ``engine/``, those whose logic needs a second rank
+  (:data:`NEEDS_SECOND_RANK`) listed apart.
 
 Run from the checkout: ``python scripts/shape_figures.py`` (exit 0; figures only).
 """
@@ -19,6 +20,12 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "tntrun"
 LONG_FUNCTION = 40
 UNIT_TESTED = ("planning", "launch", "engine")
+# engine/ modules whose logic runs only beside a second rank (a collective, an agreement
+# between ranks): tested by real two-rank runs, which import no module, so they are listed
+# apart from the modules that lack a test. One dotted name a line, with why:
+#     "tntrun.engine.<module>",  # what it needs the second rank for
+SECOND_RANK_PACKAGE = "engine"
+NEEDS_SECOND_RANK: frozenset[str] = frozenset()
 
 
 def trees(folder: Path) -> Iterator[tuple[Path, ast.Module]]:
@@ -79,12 +86,17 @@ def has_logic(tree: ast.Module) -> bool:
     return any(isinstance(n, ast.FunctionDef | ast.ClassDef) for n in tree.body)
 
 
+def dotted_name(path: Path) -> str:
+    """``tntrun/engine/worker.py`` -> ``tntrun.engine.worker``."""
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts)
+
+
 def untested_modules() -> dict[str, list[str]]:
     imported = imported_by_tests()
     untested: dict[str, list[str]] = {}
     for package in UNIT_TESTED:
         for path, tree in trees(PACKAGE / package):
-            dotted = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            dotted = dotted_name(path)
             if has_logic(tree) and dotted not in imported:
                 untested.setdefault(package, []).append(dotted)
     return untested
@@ -107,9 +119,26 @@ def main() -> None:
     untested = untested_modules()
     for package in UNIT_TESTED:
         modules = untested.get(package, [])
-        print(f"modules with logic no test imports, {package}/: {len(modules)}")
-        for dotted in modules:
-            print(f"  {dotted}")
+        print_modules(f"no test imports, {package}/", _lacking_a_test(modules))
+        if package == SECOND_RANK_PACKAGE:
+            needing = [m for m in modules if m in NEEDS_SECOND_RANK]
+            print_modules(f"needing a second rank, {package}/", needing)
+    for dotted in sorted(NEEDS_SECOND_RANK - _modules_in(SECOND_RANK_PACKAGE)):
+        print(f"NEEDS_SECOND_RANK names no module of {SECOND_RANK_PACKAGE}/: {dotted}")
+
+
+def _lacking_a_test(modules: list[str]) -> list[str]:
+    return [m for m in modules if m not in NEEDS_SECOND_RANK]
+
+
+def _modules_in(package: str) -> set[str]:
+    return {dotted_name(path) for path in (PACKAGE / package).rglob("*.py")}
+
+
+def print_modules(which: str, modules: list[str]) -> None:
+    print(f"modules with logic {which}: {len(modules)}")
+    for dotted in modules:
+        print(f"  {dotted}")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from tntrun.environments import ClusterEnvironment, horovod_rank_variables
+from tntrun.environments.launchers import MPIRUN
 
 # (rank, size, local rank) of each MPI's launcher, in the order they are looked for. PALS
 # sets no size of its own (Cray's PMI sets PMI_SIZE beside it); None: the plan's world.
@@ -45,7 +46,7 @@ def task_place(environ: Mapping[str, str], world: int) -> tuple[int, int, int]:
             found_size = int(environ[size]) if size and environ.get(size) else world
             return int(environ[rank]), found_size, int(environ[local])
     names = ", ".join(f"{rank}/{local}" for rank, _, local in TASK_VARIABLES)
-    raise RuntimeError(f"started as an MPI rank but none of {names} is set: start it with mpirun")
+    raise RuntimeError(f"started as an MPI rank but none of {names} is set: start it with {MPIRUN}")
 
 
 def block_placement(
@@ -54,14 +55,16 @@ def block_placement(
     """HOROVOD_* variables of ``rank`` when the MPI placed ranks in blocks over ``hosts``."""
     world = sum(slots for _, slots in hosts)
     if size != world:
-        raise RuntimeError(f"mpirun started {size} ranks, the plan has {world}: launch as planned")
+        raise RuntimeError(
+            f"{MPIRUN} started {size} ranks, the plan has {world}: launch as planned"
+        )
     node, first = 0, 0
     while rank >= first + hosts[node][1]:
         first += hosts[node][1]
         node += 1
     if rank - first != local_rank:
         raise RuntimeError(
-            f"mpirun placed rank {rank} as local rank {local_rank} of node {node}, not in blocks "
-            f"of {hosts[node][1]}: map by slot (tntrun's mpirun command does)"
+            f"{MPIRUN} placed rank {rank} as local rank {local_rank} of node {node}, not in "
+            f"blocks of {hosts[node][1]}: map by slot (tntrun's {MPIRUN} command does)"
         )
     return horovod_rank_variables(hosts, node, rank, local_rank)

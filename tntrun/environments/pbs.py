@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from tntrun.environments import Allocation, ClusterEnvironment, LayoutError, requeue_job
+from tntrun.environments.launchers import MPIRUN
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ class PbsEnvironment(ClusterEnvironment):
             tuple(hosts),
             exact=False,
             tasks_per_node=tuple(slots for _, slots in hosts),
-            launcher="mpirun",
+            launcher=MPIRUN,
         )
 
     def job_id(self) -> str | None:

@@ -12,6 +12,7 @@ import signal
 from collections.abc import Mapping, Sequence
 
 from tntrun.environments import Allocation, ClusterEnvironment, horovod_rank_variables, requeue_job
+from tntrun.environments.launchers import SRUN
 
 log = logging.getLogger(__name__)
 
@@ -72,12 +73,14 @@ def horovod_env(slurm: Mapping[str, str], hosts: Sequence[tuple[str, int]]) -> d
     per_node = hosts[node][1]
     if rank != node * per_node + local_rank:
         raise RuntimeError(
-            f"srun placed task {rank} as local task {local_rank} of node {node}, not in blocks of "
-            f"{per_node}: run srun with --distribution=block (tntrun's launch does)"
+            f"{SRUN} placed task {rank} as local task {local_rank} of node {node}, not in blocks "
+            f"of {per_node}: run {SRUN} with --distribution=block (tntrun's launch does)"
         )
     if size != sum(slots for _, slots in hosts):
         planned = sum(slots for _, slots in hosts)
-        raise RuntimeError(f"srun started {size} tasks, the plan has {planned}: launch as planned")
+        raise RuntimeError(
+            f"{SRUN} started {size} tasks, the plan has {planned}: launch as planned"
+        )
     return horovod_rank_variables(hosts, node, rank, local_rank)
 
 

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tntrun.environments.launchers import HOROVODRUN
 from tntrun.launch.launcher import Launcher, LaunchSpec, base_environment
 
 if TYPE_CHECKING:
@@ -16,7 +17,7 @@ HOROVODRUN_COMMAND = "tntrun.launch.horovodrun_command"
 
 
 class HorovodrunLauncher(Launcher):
-    name = "horovodrun"
+    name = HOROVODRUN
 
     def command(self, spec: LaunchSpec) -> tuple[tuple[str, ...], dict[str, str]]:
         env = base_environment(spec)

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from horovod.runner import launch
 
+from tntrun.environments.launchers import HOROVODRUN
+
 # What the extension needs loaded first (libtensorflow's import would load them).
 TENSORFLOW_LIBRARIES = ("libtensorflow_framework.so.2", "libtensorflow_cc.so.2")
 BUILT, NOT_BUILT, UNKNOWN = 0, 1, 2
@@ -65,7 +67,7 @@ def main() -> None:
     built = gloo_built_natively()
     if built is not None:
         launch.gloo_built = lambda verbose=False: built
-    sys.argv[0] = "horovodrun"  # its usage and error lines
+    sys.argv[0] = HOROVODRUN  # its usage and error lines
     try:
         launch.run_commandline()
     except RuntimeError as failed:  # a rank failed: the ranks' own output says why

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from tntrun.config.schema import HorovodConfig
 from tntrun.contract.run_files import RANK_KERAS
+from tntrun.environments.launchers import HOROVODRUN, MPIEXEC, MPIRUN, SRUN
 from tntrun.errors import PlanError
 from tntrun.planning.knobs import HorovodKnob
 from tntrun.planning.machine import MachineFacts
@@ -24,10 +25,10 @@ from tntrun.planning.plan import SELF_BINDING, Plan
 from tntrun.registry import find_class
 
 LAUNCHERS = {
-    "horovodrun": "tntrun.launch.horovodrun.HorovodrunLauncher",
-    "srun": "tntrun.launch.srun.SrunLauncher",
-    "mpirun": "tntrun.launch.mpirun.MpirunLauncher",
-    "mpiexec": "tntrun.launch.mpirun.MpirunLauncher",  # the same: MPI's other name for it
+    HOROVODRUN: "tntrun.launch.horovodrun.HorovodrunLauncher",
+    SRUN: "tntrun.launch.srun.SrunLauncher",
+    MPIRUN: "tntrun.launch.mpirun.MpirunLauncher",
+    MPIEXEC: "tntrun.launch.mpirun.MpirunLauncher",  # the same: MPI's other name for it
 }
 
 
@@ -118,7 +119,7 @@ def with_launch_command(plan: Plan, facts: MachineFacts, launcher: Launcher) -> 
     if plan.pin_to_socket and not launcher.binds_ranks and facts.numactl is None:
         problems.append(
             "pin_to_socket=true needs numactl, which is not installed: install it "
-            "(apt-get install numactl), use launcher=mpirun (it binds the ranks itself) "
+            f"(apt-get install numactl), use launcher={MPIRUN} (it binds the ranks itself) "
             "or set pin_to_socket=false"
         )
     if problems:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from tntrun.config.schema import HorovodConfig
 from tntrun.contract import run_files
+from tntrun.environments.launchers import HOROVODRUN, MPIEXEC, MPIRUN
 from tntrun.environments.mpi import MpiTasks
 from tntrun.launch.launcher import Launcher, LaunchSpec, base_environment
 from tntrun.launch.remote_hosts import is_local, local_addresses
@@ -44,7 +45,7 @@ LAUNCH_TIME_VARIABLES = (
     run_files.ENV_LIVE_PROGRESS,
     "PYTHONUNBUFFERED",
 )
-INSTALL = "install one (apt-get install openmpi-bin, or mpich) or use launcher=horovodrun"
+INSTALL = f"install one (apt-get install openmpi-bin, or mpich) or use launcher={HOROVODRUN}"
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ def mpi_kind(version: str) -> str | None:
 
 def find_mpi(env: Mapping[str, str]) -> InstalledMpi:
     """The MPI on the driver's PATH: ``mpirun``, else ``mpiexec`` (what Cray PALS has)."""
-    for name in ("mpirun", "mpiexec"):
+    for name in (MPIRUN, MPIEXEC):
         found = shutil.which(name, path=env.get("PATH"))
         if found:
             # The binary itself, not a link to it (Debian's alternatives, a PATH entry):
@@ -88,23 +89,23 @@ def mpi_problems(spec: LaunchSpec, mpi: InstalledMpi, local: set[str]) -> list[s
     """Why ``mpi`` cannot run ``spec`` (pure; ``local``: this machine's names and
     addresses): one line each, naming the key and the fix."""
     if mpi.path is None:
-        return [f"launcher=mpirun needs an MPI: no mpirun or mpiexec on PATH; {INSTALL}"]
+        return [f"launcher={MPIRUN} needs an MPI: no {MPIRUN} or {MPIEXEC} on PATH; {INSTALL}"]
     if mpi.kind is None:
         said = (mpi.version.strip().splitlines() or ["nothing"])[0]
         return [
-            f"launcher=mpirun: {mpi.path} is neither Open MPI nor MPICH (--version says "
-            f"{said!r}); put one first on PATH or use launcher=horovodrun"
+            f"launcher={MPIRUN}: {mpi.path} is neither Open MPI nor MPICH (--version says "
+            f"{said!r}); put one first on PATH or use launcher={HOROVODRUN}"
         ]
     problems = [
-        f"horovod.{knob.key}={knob.value} has no effect with launcher=mpirun (it sets no "
+        f"horovod.{knob.key}={knob.value} has no effect with launcher={MPIRUN} (it sets no "
         "variable the ranks could read): remove it"
         for knob in spec.knobs
         if not knob.env and not knob.in_rank and not knob.over_ssh
     ]
     if all(is_local(host, local) for host, _ in spec.hosts):
         problems += [
-            f"horovod.{knob.key}={knob.value} has no effect with launcher=mpirun on this "
-            "machine alone (mpirun reaches no host by ssh): remove it"
+            f"horovod.{knob.key}={knob.value} has no effect with launcher={MPIRUN} on this "
+            f"machine alone ({MPIRUN} reaches no host by ssh): remove it"
             for knob in spec.knobs
             if knob.over_ssh
         ]
@@ -199,7 +200,7 @@ def launches_through_slurm(command: Sequence[str], environ: Mapping[str, str]) -
 
 
 class MpirunLauncher(Launcher):
-    name = "mpirun"
+    name = MPIRUN
     binds_ranks = True  # --bind-to socket, -bind-to socket
 
     def __init__(self, mpi: InstalledMpi | None = None) -> None:

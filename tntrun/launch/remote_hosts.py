@@ -80,7 +80,7 @@ def check_host(
     token: tuple[Path, str],
 ) -> str | None:
     """The problem with ``host`` as one line, or None when it is ready."""
-    token_path, token_text = token
+    token_path, _ = token
     remote = f"{shlex.quote(python)} -c {shlex.quote(PROBE)} {shlex.quote(str(token_path))}"
     try:
         done = subprocess.run(
@@ -94,6 +94,19 @@ def check_host(
             f"host {host}: no ssh answer within {timeout} s (horovod.start_timeout): "
             "check the host name, horovod.ssh_port and the network"
         )
+    if done.returncode != 0:
+        return failed_probe(host, python, port, done)
+    try:
+        found = json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return f"host {host}: unexpected answer from {python}: {done.stdout[-200:]!r}"
+    return answer_problem(host, found, expected, token)
+
+
+def failed_probe(
+    host: str, python: str, port: int | None, done: subprocess.CompletedProcess
+) -> str:
+    """Why the probe failed: ssh itself (exit 255: host, port or key), or ``python`` there."""
     if done.returncode == 255:
         why = (done.stderr.strip().splitlines() or ["ssh failed"])[-1]
         port_text = f"port {port}" if port else "port 22"
@@ -101,16 +114,19 @@ def check_host(
             f"host {host}: unreachable by ssh ({port_text}): {why}; check hosts, "
             "horovod.ssh_port and horovod.ssh_identity_file"
         )
-    if done.returncode != 0:
-        why = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return (
-            f"host {host}: {python} does not run there ({why}): install the same "
-            "environment at the same path on every host"
-        )
-    try:
-        found = json.loads(done.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return f"host {host}: unexpected answer from {python}: {done.stdout[-200:]!r}"
+    why = (done.stderr.strip().splitlines() or ["no output"])[-1]
+    return (
+        f"host {host}: {python} does not run there ({why}): install the same "
+        "environment at the same path on every host"
+    )
+
+
+def answer_problem(
+    host: str, found: Mapping, expected: Mapping[str, str | None], token: tuple[Path, str]
+) -> str | None:
+    """What the probe's answer ``found`` shows wrong: versions other than ``expected``, or a
+    run directory that is not the driver's (it cannot read back ``token``)."""
+    token_path, token_text = token
     different = [f"{k} {found.get(k)} (here {v})" for k, v in expected.items() if found.get(k) != v]
     if different:
         return f"host {host} runs {', '.join(different)}: install the same versions on every host"

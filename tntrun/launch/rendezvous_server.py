@@ -21,8 +21,9 @@ def main(argv: list[str]) -> int:
     server = RendezvousServer(verbose=0)
     port = server.start()
     server.init(get_host_assignments(hosts, sum(h.slots for h in hosts)))
-    print(f"port {port}", flush=True)
+    # Before the port is told: from then on the driver may end us.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    print(f"port {port}", flush=True)
     sys.stdin.read()  # the driver closes our stdin when the job is over
     return 0
 

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from tntrun.contract.run_files import ENV_RANK_ENVIRONMENT
+from tntrun.environments.launchers import HOROVODRUN, SRUN
 from tntrun.environments.slurm import (
     SlurmEnvironment,
     allocated_cpus_per_node,
@@ -28,20 +29,20 @@ if TYPE_CHECKING:
 
 
 class SrunLauncher(Launcher):
-    name = "srun"
+    name = SRUN
 
     def problems(self, spec: LaunchSpec) -> list[str]:
         env = spec.env
         if not env.get("SLURM_JOB_NODELIST"):
             return [
-                "launcher=srun needs a Slurm allocation (salloc/sbatch): no "
-                "SLURM_JOB_NODELIST here; use launcher=horovodrun"
+                f"launcher={SRUN} needs a Slurm allocation (salloc/sbatch): no "
+                f"SLURM_JOB_NODELIST here; use launcher={HOROVODRUN}"
             ]
         # Every other knob reaches the ranks as HOROVOD_* variables (command()); these cannot.
         no_effect = [knob for knob in spec.knobs if knob.over_ssh]
         if no_effect:
             return [
-                f"horovod.{knob.key}={knob.value} has no effect with launcher=srun (srun "
+                f"horovod.{knob.key}={knob.value} has no effect with launcher={SRUN} ({SRUN} "
                 "starts the ranks, nothing connects over ssh): remove it"
                 for knob in no_effect
             ]
@@ -72,7 +73,7 @@ class SrunLauncher(Launcher):
         # --overlap: the step shares the allocation with the driver's own step (sbatch's
         # batch step, or submitit's task); each rank gets its share of a node's CPUs.
         command = (
-            "srun",
+            SRUN,
             f"--nodes={len(spec.hosts)}",
             f"--ntasks={spec.world_size}",
             f"--ntasks-per-node={per_node}",

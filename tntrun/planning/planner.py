@@ -22,7 +22,13 @@ from tntrun.datasets.base import DatasetInfo, sequence_length_of
 from tntrun.errors import PlanError
 from tntrun.planning.elastic import elastic_problems, node_range
 from tntrun.planning.knobs import HorovodKnob, horovod_knobs
-from tntrun.planning.layout import LayoutError, place_ranks, ranks_per_node, resolve_hosts
+from tntrun.planning.layout import (
+    LayoutError,
+    RankPlacement,
+    place_ranks,
+    ranks_per_node,
+    resolve_hosts,
+)
 from tntrun.planning.machine import MachineFacts
 from tntrun.planning.plan import Plan
 from tntrun.planning.resume import ResumePoint, resume_position
@@ -175,15 +181,38 @@ def planned_steps(settings: Settings, data: DatasetInfo, layout: Layout) -> Step
     also under gradient accumulation)."""
     global_batch = layout.global_batch_size
     passes = settings.horovod.backward_passes_per_step
-    samples = data.num_train
-    drop = settings.train.drop_remainder
-    steps = samples // global_batch if drop else math.ceil(samples / global_batch)
+    steps = steps_per_epoch(data.num_train, global_batch, settings.train.drop_remainder)
+    check_step_count(steps, settings.train.epochs, passes)
+    opt, sched = settings.optimizer, settings.schedule
+    scaled = scale_learning_rate(
+        opt.base_lr, global_batch * passes, opt.base_batch_size, sched.scaling.value
+    )
+    schedule_epochs, length_key = schedule_length(sched, settings.train.epochs)
+    schedule = schedule_params(
+        sched,
+        peak_lr=scaled,
+        world=layout.world_size,
+        updates_per_epoch=steps,
+        epochs=schedule_epochs,
+        length_key=length_key,
+    )
+    return Steps(steps, scaled, schedule_epochs, schedule)
+
+
+def steps_per_epoch(samples: int, global_batch: int, drop_remainder: bool) -> int:
+    """An epoch's steps over ``samples`` (a last partial batch is a step unless dropped)."""
+    steps = samples // global_batch if drop_remainder else math.ceil(samples / global_batch)
     if steps < 1:
         raise PlanError(
             f"global_batch_size={global_batch} exceeds the {samples} training samples: "
             "lower global_batch_size"
         )
-    epochs = settings.train.epochs
+    return steps
+
+
+def check_step_count(steps: int, epochs: int, passes: int) -> None:
+    """Refuse a run of more than :data:`MAX_TOTAL_STEPS` steps, or an epoch too short for
+    one optimizer update of ``passes`` backward passes."""
     if steps * epochs > MAX_TOTAL_STEPS:
         raise PlanError(
             f"train.epochs={epochs}: {steps} steps/epoch x {epochs} epochs = "
@@ -195,19 +224,6 @@ def planned_steps(settings: Settings, data: DatasetInfo, layout: Layout) -> Step
             f"horovod.backward_passes_per_step={passes} exceeds the {steps} steps of an epoch: "
             "lower it or the global batch"
         )
-    opt, sched = settings.optimizer, settings.schedule
-    effective = global_batch * passes
-    scaled = scale_learning_rate(opt.base_lr, effective, opt.base_batch_size, sched.scaling.value)
-    schedule_epochs, length_key = schedule_length(sched, settings.train.epochs)
-    schedule = schedule_params(
-        sched,
-        peak_lr=scaled,
-        world=layout.world_size,
-        updates_per_epoch=steps,
-        epochs=schedule_epochs,
-        length_key=length_key,
-    )
-    return Steps(steps, scaled, schedule_epochs, schedule)
 
 
 def starting_point(
@@ -241,13 +257,11 @@ def build_plan(
     layout = checked_layout(settings, data, facts, run_dir)
     steps = planned_steps(settings, data, layout)
     start = starting_point(settings, resume, layout, steps)
-    pin, per_node = settings.pin_to_socket, layout.ranks_per_node
-    sockets = settings.sockets_per_node or facts.sockets_per_node
     return Plan(
-        ranks_per_node=per_node,
+        ranks_per_node=layout.ranks_per_node,
         hosts=layout.hosts,
-        placements=place_ranks(layout.hosts, settings.gpus, sockets if pin else None),
-        threads_per_rank=settings.threads_per_rank or max(1, facts.cores_per_node // per_node),
+        placements=rank_placements(settings, facts, layout),
+        threads_per_rank=threads_per_rank(settings, facts, layout.ranks_per_node),
         global_batch_size=layout.global_batch_size,
         micro_batch_size=layout.micro_batch_size,
         val_micro_batch_size=settings.val_micro_batch_size or layout.micro_batch_size,
@@ -267,3 +281,17 @@ def build_plan(
         initial_batch=start[2],
         worker=(facts.python, "-m", WORKER_MODULE, str(run_dir)),
     )
+
+
+def rank_placements(
+    settings: Settings, facts: MachineFacts, layout: Layout
+) -> tuple[RankPlacement, ...]:
+    """Each rank's host, GPU and, under ``pin_to_socket``, socket (the setting's count of
+    sockets, else the machine's)."""
+    sockets = settings.sockets_per_node or facts.sockets_per_node
+    return place_ranks(layout.hosts, settings.gpus, sockets if settings.pin_to_socket else None)
+
+
+def threads_per_rank(settings: Settings, facts: MachineFacts, per_node: int) -> int:
+    """``threads_per_rank``, or the node's cores shared among its ranks (at least 1)."""
+    return settings.threads_per_rank or max(1, facts.cores_per_node // per_node)

@@ -60,13 +60,23 @@ def schedule_svg(plan: Plan) -> str:
     rates = learning_rate(steps, plan.schedule)
     y_ticks = nice_ticks(float(rates.max()) * 1.05)
     axes = Axes(float(plan.schedule.total_steps), max(y_ticks[-1], float(rates.max()) * 1.05))
-    x_ticks = nice_ticks(float(plan.schedule.total_steps))
-    bottom, right = TOP + axes.height, LEFT + axes.width
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
         f'viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="11">',
         f'<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>',
+        *_grid(axes, y_ticks, nice_ticks(float(plan.schedule.total_steps))),
+        _schedule_line(axes, steps, rates),
+        *(_stop_marker(axes, plan) if plan.stops_early else []),
+        *_labels(axes, plan),
+        "</svg>",
     ]
+    return "\n".join(parts) + "\n"
+
+
+def _grid(axes: Axes, y_ticks: list[float], x_ticks: list[float]) -> list[str]:
+    """Grid lines with their tick labels, then the plot area's frame."""
+    bottom, right = TOP + axes.height, LEFT + axes.width
+    parts = []
     for tick in y_ticks:
         y = axes.y(tick)
         parts.append(f'<line x1="{LEFT}" y1="{y:.1f}" x2="{right}" y2="{y:.1f}" stroke="{GRID}"/>')
@@ -79,33 +89,41 @@ def schedule_svg(plan: Plan) -> str:
         f'<rect x="{LEFT}" y="{TOP}" width="{axes.width}" height="{axes.height}" '
         'fill="none" stroke="#333"/>'
     )
+    return parts
+
+
+def _schedule_line(axes: Axes, steps: np.ndarray, rates: np.ndarray) -> str:
+    """The learning rate at each drawn step, as one polyline."""
     points = " ".join(f"{axes.x(s):.2f},{axes.y(r):.2f}" for s, r in zip(steps, rates, strict=True))
-    parts.append(
+    return (
         f'<polyline class="lr" fill="none" stroke="{LINE}" stroke-width="1.5" points="{points}"/>'
     )
-    if plan.stops_early:
-        x = axes.x(plan.total_steps)
-        parts.append(
-            f'<line class="stop" x1="{x:.1f}" y1="{TOP}" x2="{x:.1f}" y2="{bottom}" '
-            f'stroke="{STOP}" stroke-dasharray="5,3"/>'
-        )
-        parts.append(
-            f'<text x="{right - 6}" y="{TOP + 16}" text-anchor="end" fill="{STOP}">'
-            f"-- this run stops (epoch {plan.epochs})</text>"
-        )
+
+
+def _stop_marker(axes: Axes, plan: Plan) -> list[str]:
+    """A dashed line where a run that trains only the schedule's first epochs stops."""
+    x, bottom, right = axes.x(plan.total_steps), TOP + axes.height, LEFT + axes.width
+    return [
+        f'<line class="stop" x1="{x:.1f}" y1="{TOP}" x2="{x:.1f}" y2="{bottom}" '
+        f'stroke="{STOP}" stroke-dasharray="5,3"/>',
+        f'<text x="{right - 6}" y="{TOP + 16}" text-anchor="end" fill="{STOP}">'
+        f"-- this run stops (epoch {plan.epochs})</text>",
+    ]
+
+
+def _labels(axes: Axes, plan: Plan) -> list[str]:
+    """The title (schedule, peak LR, global batch) and the two axis labels."""
     title = (
         f"{plan.schedule.name}: peak {plan.scaled_lr:g}, global batch {plan.effective_batch_size}"
     )
-    parts += [
+    return [
         f'<text x="{WIDTH / 2}" y="{TOP - 12}" text-anchor="middle" font-size="13">'
         f"{escape(title)}</text>",
         f'<text x="{LEFT + axes.width / 2}" y="{HEIGHT - 10}" text-anchor="middle">'
         f"training step ({plan.steps_per_epoch} per epoch)</text>",
         f'<text transform="translate(16 {TOP + axes.height / 2}) rotate(-90)" '
         'text-anchor="middle">learning rate</text>',
-        "</svg>",
     ]
-    return "\n".join(parts) + "\n"
 
 
 def write_schedule_chart(plan: Plan, path: Path) -> Path:
