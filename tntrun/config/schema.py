@@ -19,6 +19,8 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from tntrun.environments.launchers import HOROVODRUN
+
 
 class LrScaling(Enum):
     linear = "linear"
@@ -437,7 +439,7 @@ class TntrunConfig:
 
     # horovodrun (ssh/local), srun (inside a Slurm allocation), mpirun/mpiexec (the site's
     # MPI; a PBS job's default) or a Launcher's dotted path.
-    launcher: str = "horovodrun"
+    launcher: str = HOROVODRUN
     dry_run: bool = False
     # After training, profile compute and allreduce on the ranks and predict step time and
     # scaling efficiency on 1..1024 ranks (ring-allreduce alpha-beta model; BENCHMARKS.md).

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from tntrun.environments.launchers import HOROVODRUN
 from tntrun.planning.machine import venv_executable
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tntrun"
@@ -79,7 +80,7 @@ def horovod_build() -> dict[str, str]:
     else:
         try:
             out = subprocess.run(
-                [venv_executable("horovodrun"), "--check-build"],
+                [venv_executable(HOROVODRUN), "--check-build"],
                 capture_output=True,
                 text=True,
                 timeout=120,
