@@ -87,3 +87,11 @@ def test_a_nan_loss_fails_the_run_by_default_and_is_recorded(planned, tmp_path):
         RankTraining(plan, tmp_path).run()
     (event,) = [json.loads(line) for line in (tmp_path / NONFINITE).read_text().splitlines()]
     assert (event["action"], event["rollbacks"]) == ("fail", 0)
+
+
+def test_under_xla_the_steps_loss_still_reaches_the_logs(planned, tmp_path):
+    plan = planned("train.jit_compile=true")
+    training = RankTraining(plan, tmp_path)
+    final = training.run()
+    assert np.isfinite(final["loss"]) and 0 < final["loss"] < 5
+    assert training.net.agreement.loss > 0  # the agreement saw the step's loss too
