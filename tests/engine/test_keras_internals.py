@@ -195,3 +195,21 @@ def test_the_loss_tracker_holds_the_loss_keras_reports():
     tracker = keras_internals.loss_tracker(model)
     assert isinstance(tracker, keras.metrics.Mean) and tracker.name == "loss"
     assert float(tracker.result()) == pytest.approx(logs["loss"])
+
+
+def test_train_step_scales_the_loss_then_updates_through_apply():
+    calls = []
+
+    class Recorded(keras.optimizers.SGD):
+        def scale_loss(self, loss):
+            calls.append("scale_loss")
+            return super().scale_loss(loss)
+
+        def apply(self, grads, trainable_variables=None):
+            calls.append("apply")
+            return super().apply(grads, trainable_variables)
+
+    model = classifier()
+    model.compile(optimizer=Recorded(0.1), loss="binary_crossentropy", run_eagerly=True)
+    model.train_on_batch(X, Y)
+    assert calls == ["scale_loss", "apply"]

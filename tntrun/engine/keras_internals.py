@@ -19,6 +19,15 @@ from tensorflow.python.ops import control_flow_util
 
 CHECKED_ON = "3.15.1"  # the Keras version every name and order here was checked on
 
+# Call orders of public methods that tntrun relies on (keras/src/backend/tensorflow/
+# trainer.py, ``train_step``; keras/src/optimizers/base_optimizer.py, ``apply_gradients``):
+# - ``train_step`` passes the step's loss through ``optimizer.scale_loss`` before taking
+#   the gradients, and updates through ``optimizer.apply_gradients``, which calls
+#   ``optimizer.apply``: the data-parallel optimizer (averaging_optimizer.py) notes the
+#   loss in ``scale_loss`` and averages in ``apply``, so every update is averaged;
+# - ``fit`` calls ``make_train_function`` before ``on_train_begin``: see
+#   :func:`replace_train_function` (step_agreement.py).
+
 
 def compiled_step(model: Any, step: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """Keras' own train function around ``step`` (``tf.function``, steps per execution):
