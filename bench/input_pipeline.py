@@ -204,7 +204,7 @@ def main() -> None:
                 common = (
                     *case.model,
                     f"train.epochs={epochs}",
-                    f"train.epochs_between_evals={epochs}",
+                    f"eval.every_epochs={epochs}",
                 )
                 pair = {}
                 for variant in sorted(variants[name], reverse=bool(i % 2)):

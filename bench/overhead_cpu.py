@@ -44,7 +44,7 @@ VARIANTS = {
     "tntrun (default experiment)": (),
     "  without system metrics": ("tracking.system_metrics=false",),
     "  without checkpoints": ("checkpoint.every_epochs=0",),
-    "  without the weight-sync check": ("train.check_sync_every_epochs=0",),
+    "  without the weight-sync check": ("faults.check_sync_every_epochs=0",),
 }
 
 

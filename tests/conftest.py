@@ -16,6 +16,7 @@ from hydra import compose, initialize_config_module
 from omegaconf import DictConfig
 from xdist.scheduler import LoadScopeScheduling
 
+from tests.helpers.asserts import assert_succeeded
 from tests.helpers.commands import tntrun_cli
 from tests.helpers.netns import NetnsHosts, netns_hosts_down, netns_hosts_up, require_netns_hosts
 from tests.helpers.process_guard import is_slow, no_process_started, processes_refused
@@ -148,7 +149,7 @@ def two_local_ranks_weights(tmp_path_factory) -> list[np.ndarray]:
     """Final weights of the DETERMINISTIC training on 2 local ranks: the reference."""
     workdir = tmp_path_factory.mktemp("local-reference")
     result = tntrun_cli(workdir, *DETERMINISTIC)
-    assert result.returncode == 0, result.stdout[-3000:]
+    assert_succeeded(result)
     return final_weights(result)
 
 

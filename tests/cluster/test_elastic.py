@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
+from tests.helpers.asserts import assert_succeeded
 from tests.helpers.bounds import AFTER_RANK_FAILURE_S
-from tests.helpers.commands import start_tntrun, tntrun_cli
+from tests.helpers.commands import start_tntrun, stop_session, tntrun_cli
 from tests.helpers.driving import assert_nothing_left, fault, run_until, the_run
 from tests.helpers.netns import NetnsHosts
 from tests.helpers.runs import run_dir_of, store_uri
@@ -66,8 +67,7 @@ def run_elastic(tmp_path: Path, args: tuple[str, ...], on_line) -> tuple[int, st
             on_line(line)
         return process.wait(timeout=120), "".join(lines), fault_at
     finally:
-        if process.poll() is None:
-            process.kill()
+        stop_session(process)
 
 
 def world_sizes(client: MlflowClient, run_id: str) -> list[tuple[int, int]]:
@@ -134,7 +134,7 @@ def assert_the_shrunk_ranks_train_as_a_resumed_two_rank_run(tmp_path, hosts, run
         "train.epochs=1",
     )
     result = tntrun_cli(tmp_path, *two)  # the same store: it holds the run it continues
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert_succeeded(result)
     again = run_dir_of(result) / "checkpoints" / first.name
     assert again.is_dir(), f"the resumed run wrote no {first.name}"
     for a, b in zip(_weights(first), _weights(again), strict=True):
@@ -145,7 +145,7 @@ def assert_accuracy_as_without_the_loss(tmp_path, hosts, listed, run):
     list_hosts(listed, *hosts.addresses, *hosts.spare)
     (tmp_path / "uninterrupted").mkdir()
     result = tntrun_cli(tmp_path / "uninterrupted", *elastic_run(hosts, listed))
-    assert result.returncode == 0, result.stdout[-3000:]
+    assert_succeeded(result)
     client = MlflowClient(store_uri(tmp_path / "uninterrupted"))
     reference = client.get_run((run_dir_of(result) / "run_id").read_text())
     got, want = run.data.metrics["val_accuracy"], reference.data.metrics["val_accuracy"]

@@ -17,6 +17,7 @@ from bench.wire import (
     weak_scaling_efficiency,
     within,
 )
+from tests.helpers.asserts import assert_exit, assert_succeeded
 from tests.helpers.components import missing
 from tests.helpers.paths import SCRIPTS
 from tntrun.launch.remote_hosts import ssh_command
@@ -79,7 +80,7 @@ def netns_hosts_sh(hosts, action: str, value: str) -> dict:
         timeout=60,
         env={**os.environ, "TNT_MEASURE_S": "1"},
     )
-    assert done.returncode == 0, done.stderr
+    assert_succeeded(done)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -99,7 +100,8 @@ def test_a_cpu_share_is_a_number_of_cores(tmp_path):
             capture_output=True,
             text=True,
         )
-        assert done.returncode == 2 and "CORES: e.g. 0.5" in done.stderr, done.stderr
+        assert_exit(done, 2)
+        assert "CORES: e.g. 0.5" in done.stderr, done.stderr
 
 
 @pytest.mark.slow

@@ -15,6 +15,7 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
+from tests.helpers.asserts import assert_exit, assert_succeeded
 from tests.helpers.bounds import AFTER_RANK_FAILURE_S, BUSY_MARGIN_S
 from tests.helpers.commands import clean_env, tntrun_cli
 from tests.helpers.driving import (
@@ -65,7 +66,7 @@ def assert_one_rank_per_host(seen: list[Process], hosts: NetnsHosts) -> None:
 def test_unreachable_host_or_wrong_port_is_a_clear_error(netns_hosts, tmp_path, override, message):
     start = time.monotonic()
     result = tntrun_cli(tmp_path, *remote(netns_hosts), "horovod.start_timeout=3", override)
-    assert result.returncode == 2
+    assert_exit(result, 2)
     assert message in result.stderr and "Traceback" not in result.stderr
     # The ssh answer is awaited start_timeout (+5 s for ssh itself); tntrun's start-up, margin.
     assert time.monotonic() - start < 3 + 5 + BUSY_MARGIN_S + 10
@@ -103,7 +104,7 @@ def test_a_host_that_does_not_see_the_run_directory_is_refused(netns_hosts, tmp_
         text=True,
         timeout=120,
     )
-    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert_exit(result, 2)
     assert "host 10.77.0.1 does not see the run directory" in result.stderr
     assert "put output_root on a filesystem every host shares" in result.stderr
     client = MlflowClient(store)
@@ -141,7 +142,7 @@ def test_two_hosts_train_like_two_local_ranks_and_each_host_s_system_metrics_rea
     sampled = [o for o in DETERMINISTIC if not o.startswith("tracking.system_metrics")]
     interval = "tracking.system_metrics_interval_s=0.5"
     result = tntrun_cli(tmp_path, *remote(netns_hosts), *sampled, interval)
-    assert result.returncode == 0, result.stdout[-3000:]
+    assert_succeeded(result)
     assert "rank 0/2: local rank 0, host tnt-h1" in result.stdout
     assert "rank 1/2: local rank 0, host tnt-h2" in result.stdout
     command = " ".join(Plan.load(run_dir_of(result) / "plan.json").launch_command)

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from tests.helpers.asserts import assert_succeeded
 from tests.helpers.bounds import AFTER_RANK_FAILURE_S
 from tests.helpers.commands import tntrun_cli
 from tests.helpers.driving import (
@@ -51,7 +52,7 @@ def test_two_hosts_train_under_mpirun_like_two_local_ranks(
 ):
     mpi_first_on_path(mpi, tmp_path, monkeypatch)
     result = tntrun_cli(tmp_path, *over_mpirun(netns_hosts), *DETERMINISTIC)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert_succeeded(result)
     assert "rank 0/2: local rank 0, host tnt-h1" in result.stdout
     assert "rank 1/2: local rank 0, host tnt-h2" in result.stdout
     command = " ".join(Plan.load(run_dir_of(result) / "plan.json").launch_command)

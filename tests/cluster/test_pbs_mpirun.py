@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers.asserts import assert_succeeded
 from tests.helpers.commands import tntrun_cli
 from tests.helpers.driving import the_run
 from tests.helpers.mpi import mpi_first_on_path
@@ -22,7 +23,7 @@ def test_a_pbs_job_trains_on_its_node_file_hosts_with_mpirun(netns_hosts, tmp_pa
     monkeypatch.setenv("PBS_JOBID", "4242.pbs01")
     monkeypatch.setenv("PBS_NODEFILE", str(nodefile))
     result = tntrun_cli(tmp_path, "train.epochs=1", *netns_hosts.ssh_overrides())
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert_succeeded(result)
     plan = Plan.load(run_dir_of(result) / "plan.json")
     assert plan.launcher == "mpirun" and (plan.nodes, plan.ranks_per_node) == (2, 1)
     assert "-H tnt-h1:1,tnt-h2:1" in " ".join(plan.launch_command)

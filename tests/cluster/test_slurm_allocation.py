@@ -9,6 +9,7 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
+from tests.helpers.asserts import assert_exit
 from tests.helpers.components import require_module
 from tests.helpers.plans import with_horovod
 from tntrun.config.schema import HorovodConfig
@@ -52,7 +53,7 @@ def test_slurm_task_variables_become_horovods():
 @pytest.mark.slow
 def test_srun_without_an_allocation_is_refused(run_tntrun):
     result = run_tntrun("launcher=srun")
-    assert result.returncode == 2
+    assert_exit(result, 2)
     assert "launcher=srun needs a Slurm allocation" in result.stderr
 
 

@@ -15,6 +15,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
+from tests.helpers.asserts import assert_succeeded
 from tests.helpers.bounds import after_scancel_s
 from tests.helpers.commands import tntrun_command
 from tests.helpers.driving import assert_nothing_left
@@ -29,6 +30,7 @@ from tests.helpers.runs import (
     store_uri,
     weights_in,
 )
+from tests.helpers.slurm import ran_on_both_nodes, salloc_held
 from tntrun.contract import run_files
 from tntrun.planning.plan import Plan
 from tntrun.tracking.provenance import horovod_build
@@ -39,13 +41,6 @@ pytestmark = pytest.mark.slow
 def salloc_tntrun(slurm, workdir: Path, *args: str) -> subprocess.CompletedProcess:
     """``salloc -N2 -n2 tntrun ...``: the driver here, its ranks on the two Slurm nodes."""
     return slurm.run("salloc", "-N2", "-n2", *tntrun_command(workdir, *args), cwd=workdir)
-
-
-def ran_on_both_nodes(result: subprocess.CompletedProcess) -> bool:
-    return (
-        "rank 0/2: local rank 0, host tnt-h1" in result.stdout
-        and "rank 1/2: local rank 0, host tnt-h2" in result.stdout
-    )
 
 
 # Found beside the ranks of an srun run while they run; the ranks are slurmstepd's children.
@@ -132,37 +127,17 @@ def test_srun_on_two_slurm_nodes_trains_like_two_local_ranks(
     """With Horovod's knobs set: the srun ranks run with them (Horovod's own record) and
     train like two local ranks without them (none changes the arithmetic); no process of the
     run is left."""
-    hold = Hold(tmp_path)
-    command = tntrun_command(
+    result, seen = salloc_held(
+        slurm,
         tmp_path,
-        *hold.overrides(),
         "launcher=srun",
         "horovod.network_interface=tnt0",
         *KNOBS,
         *DETERMINISTIC,
+        search=srun_processes_while_running,
+        env=AUTOTUNE_SAMPLING,
     )
-    out, err = tmp_path / "salloc.out", tmp_path / "salloc.err"
-    with out.open("w") as stdout, err.open("w") as stderr:
-        salloc = subprocess.Popen(
-            ["salloc", "-N2", "-n2", *command],
-            cwd=tmp_path,
-            env={**slurm.env(), **AUTOTUNE_SAMPLING},
-            stdout=stdout,
-            stderr=stderr,
-            text=True,
-        )
-    try:
-        hold.wait(180, salloc)
-        seen = srun_processes_while_running(hold.run_dir())
-    finally:
-        hold.release()  # after a failed check too: the run ends by itself
-        try:
-            code = salloc.wait(timeout=300)
-        except subprocess.TimeoutExpired:
-            salloc.kill()
-            raise
-    result = subprocess.CompletedProcess(salloc.args, code, out.read_text(), err.read_text())
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert_succeeded(result)
     for rank in (p for p in seen if p.role.startswith("rank ")):  # the live ranks' variables
         assert {k: rank.environ.get(k) for k in KNOB_ENV} == KNOB_ENV, rank.describe()
     assert ran_on_both_nodes(result), result.stdout[-3000:]
@@ -190,7 +165,7 @@ def test_srun_on_two_slurm_nodes_trains_like_two_local_ranks(
 
 def test_horovodrun_takes_its_hosts_from_the_allocation(slurm, two_local_ranks_weights, tmp_path):
     result = salloc_tntrun(slurm, tmp_path, *slurm.hosts.ssh_overrides(), *DETERMINISTIC)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert_succeeded(result)
     assert ran_on_both_nodes(result), result.stdout[-3000:]
     command = " ".join(Plan.load(run_dir_of(result) / "plan.json").launch_command)
     assert "-H tnt-h1:1,tnt-h2:1" in command
@@ -215,7 +190,7 @@ def sbatch(slurm, workdir: Path, *args: str) -> str:
         "horovod.network_interface=tnt0",
         cwd=workdir,
     )
-    assert submitted.returncode == 0, submitted.stderr
+    assert_succeeded(submitted)
     return submitted.stdout.strip().split(";")[0]
 
 
@@ -257,7 +232,7 @@ def test_scancel_ends_the_run_killed_with_no_process_left(slurm, tmp_path):
         "the first checkpoint",
     )
     cancelled = time.monotonic()
-    assert slurm.run("scancel", job, cwd=tmp_path).returncode == 0
+    assert_succeeded(slurm.run("scancel", job, cwd=tmp_path))
     wait_for(lambda: job_gone(slurm, job), 60, f"job {job} to end")
     ended = time.monotonic() - cancelled
     output = out.read_text()
@@ -285,7 +260,7 @@ def test_the_submitit_preset_runs_a_two_job_sweep_on_the_cluster(slurm, tmp_path
         cwd=tmp_path,
         timeout=400,
     )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert_succeeded(result)
     assert "2/2 jobs finished" in result.stdout
     client = MlflowClient(store_uri(tmp_path))
     runs = client.search_runs([client.get_experiment_by_name("tntrun").experiment_id])
@@ -323,9 +298,9 @@ def test_the_readmes_sbatch_script_runs_to_finished_though_preempted_and_timed_o
         return out.exists() and out.read_text().count(text) >= times
 
     wait_for(lambda: printed("checkpoint saved: epoch 1"), 180, "the first checkpoint")
-    assert slurm.run("scancel", "--batch", "--signal=USR1", job, cwd=tmp_path).returncode == 0
+    assert_succeeded(slurm.run("scancel", "--batch", "--signal=USR1", job, cwd=tmp_path))
     wait_for(lambda: printed("resumed from"), 180, "the job requeued by the driver")
-    assert slurm.run("scontrol", "requeue", job, cwd=tmp_path).returncode == 0
+    assert_succeeded(slurm.run("scontrol", "requeue", job, cwd=tmp_path))
     wait_for(lambda: printed("resumed from", 2), 180, "the job requeued by Slurm")
     until.touch()
     wait_for(lambda: job_gone(slurm, job), 180, f"job {job} to end")

@@ -4,18 +4,17 @@ the allocation's nodes through Slurm (srun), not ssh, under Open MPI and MPICH."
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
-from tests.cluster.test_slurm_jobs import ran_on_both_nodes
-from tests.helpers.commands import tntrun_command
+from tests.helpers.asserts import assert_succeeded
 from tests.helpers.driving import assert_nothing_left
 from tests.helpers.mpi import MPIS, mpi_first_on_path
-from tests.helpers.processes import Hold, Process, describe, processes_while_running
+from tests.helpers.processes import Process, describe, processes_while_running
 from tests.helpers.runs import DETERMINISTIC, assert_same_weights, final_weights, run_dir_of
+from tests.helpers.slurm import ran_on_both_nodes, salloc_held
 from tntrun.planning.plan import Plan
 
 pytestmark = pytest.mark.slow
@@ -25,31 +24,9 @@ pytestmark = pytest.mark.slow
 MPIRUN_IN_SLURM = ("driver", "mpirun", "srun", "slurmstepd", "mpi daemon")
 
 
-def salloc_held(slurm, workdir: Path, *args: str) -> tuple[subprocess.CompletedProcess, list]:
-    """``salloc -N2 -n2 tntrun ...`` with rank 0 held while the run's processes are searched
-    (the positive control); the result and what the search found."""
-    hold = Hold(workdir)
-    out, err = workdir / "salloc.out", workdir / "salloc.err"
-    with out.open("w") as stdout, err.open("w") as stderr:
-        salloc = subprocess.Popen(
-            ["salloc", "-N2", "-n2", *tntrun_command(workdir, *hold.overrides(), *args)],
-            cwd=workdir,
-            env=slurm.env(),
-            stdout=stdout,
-            stderr=stderr,
-            text=True,
-        )
-    try:
-        hold.wait(180, salloc)
-        seen = processes_while_running(hold.run_dir(), 2, *MPIRUN_IN_SLURM)
-    finally:
-        hold.release()  # after a failed check too: the run ends by itself
-        try:
-            code = salloc.wait(timeout=300)
-        except subprocess.TimeoutExpired:
-            salloc.kill()
-            raise
-    return subprocess.CompletedProcess(salloc.args, code, out.read_text(), err.read_text()), seen
+def mpirun_in_slurm_while_running(run_dir: Path) -> list[Process]:
+    """The positive control of an mpirun run in an allocation."""
+    return processes_while_running(run_dir, 2, *MPIRUN_IN_SLURM)
 
 
 def assert_ranks_under_slurm_steps(seen: list[Process]) -> None:
@@ -74,9 +51,14 @@ def test_mpirun_in_an_allocation_trains_on_its_nodes_like_two_local_ranks(
     and nothing of the run is left."""
     mpi_first_on_path(mpi, tmp_path, monkeypatch)
     result, seen = salloc_held(
-        slurm, tmp_path, "launcher=mpirun", "horovod.network_interface=tnt0", *DETERMINISTIC
+        slurm,
+        tmp_path,
+        "launcher=mpirun",
+        "horovod.network_interface=tnt0",
+        *DETERMINISTIC,
+        search=mpirun_in_slurm_while_running,
     )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert_succeeded(result)
     assert ran_on_both_nodes(result), result.stdout[-3000:]
     assert_ranks_under_slurm_steps(seen)
     run_dir = run_dir_of(result)

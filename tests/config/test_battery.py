@@ -47,6 +47,16 @@ BATTERY = [
     case("output_roots=x", "did you mean output_root?"),
     case("model.nme=x", "model.nme=x: model has no key nme; its keys: dropout, hidden_units"),
     case("checkpoint.monitor_mode=max", "did you mean checkpoint.monitor?"),
+    # Keys that moved to their concern's section name the new place (moved_keys.py).
+    case(
+        "train.max_restarts=2",
+        "train.max_restarts=2: train.max_restarts moved to faults.max_restarts: "
+        "write faults.max_restarts=2",
+    ),
+    case(
+        "+train.epochs_between_evals=5",
+        "train.epochs_between_evals moved to eval.every_epochs: write eval.every_epochs=5",
+    ),
     case("global_batch_size=64.5", "global_batch_size=64.5: global_batch_size takes an integer"),
     case(
         "train.epochs=1e9", "train.epochs=1e9: train.epochs takes an integer, e.g. train.epochs=20"
@@ -58,7 +68,9 @@ BATTERY = [
     case("nodes=null", "nodes=null: nodes takes an integer, e.g. nodes=1"),
     case("deterministic=maybe", "deterministic=maybe: deterministic takes true or false"),
     case("train.precision=fp8", "train.precision takes one of float32, mixed_bfloat16"),
-    case("train.on_nonfinite=ignore", "train.on_nonfinite=ignore: train.on_nonfinite takes one of"),
+    case(
+        "faults.on_nonfinite=ignore", "faults.on_nonfinite=ignore: faults.on_nonfinite takes one of"
+    ),
     case("horovod.compression=zip", "horovod.compression=zip: horovod.compression takes one of"),
     case("tracking.tags=5", "tracking.tags=5: tracking.tags takes a mapping"),
     case("train=3", "train=3: train is a section: set its keys one by one, train.<key>=<value>"),
@@ -99,18 +111,18 @@ BATTERY = [
     case("train.epochs=-3", "train.epochs=-3: train for at least 1 epoch"),
     case("train.epochs=1000000000", "22 steps/epoch x 1000000000 epochs = 22,000,000,000"),
     case("train.epochs=500000", "more than 10,000,000: lower train.epochs (at most 454,545"),
-    case("train.epochs_between_evals=0", "train.epochs_between_evals=0: evaluate every 1"),
+    case("eval.every_epochs=0", "eval.every_epochs=0: evaluate every 1"),
     case("schedule.epochs=0", "schedule.epochs=0: use 1 or more, or null"),
     case("schedule.epochs=10", "train.epochs=20 runs past the end of the schedule"),
     case("schedule.warmup_epochs=2", "schedule.warmup_epochs has no effect with"),
     case("predict_scaling=true train.epochs=1", "predict_scaling=true validates against"),
     # Training and checkpoint values.
     case("train.label_smoothing=1.5", "train.label_smoothing=1.5: choose a value in [0, 1)"),
-    case("train.rollback_lr_factor=0", "train.rollback_lr_factor=0.0: choose a factor in (0, 1]"),
-    case("train.max_restarts=-1", "train.max_restarts=-1: use 0 (no restarts) or more"),
-    case("train.preempt_signals=[SIGKILL]", "train.preempt_signals=['SIGKILL']: name signals"),
-    case("train.preempt_grace_s=0", "train.preempt_grace_s=0.0: give the ranks a positive"),
-    case("train.stall_timeout_s=-1", "train.stall_timeout_s=-1.0: use 0 (no watchdog)"),
+    case("faults.rollback_lr_factor=0", "faults.rollback_lr_factor=0.0: choose a factor in (0, 1]"),
+    case("faults.max_restarts=-1", "faults.max_restarts=-1: use 0 (no restarts) or more"),
+    case("faults.preempt_signals=[SIGKILL]", "faults.preempt_signals=['SIGKILL']: name signals"),
+    case("faults.preempt_grace_s=0", "faults.preempt_grace_s=0.0: give the ranks a positive"),
+    case("faults.stall_timeout_s=-1", "faults.stall_timeout_s=-1.0: use 0 (no watchdog)"),
     case("train.sync_batch_norm=true train.jit_compile=true", "set train.jit_compile=false"),
     case("+train.class_weight.12=2.0", "train.class_weight.12=2.0: the dataset's classes are 0"),
     case("checkpoint.keep=0", "checkpoint.keep=0: keep 1 or more checkpoints"),

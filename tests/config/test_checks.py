@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.helpers.asserts import assert_exit
 from tntrun import api
 from tntrun.errors import PlanError
 
@@ -193,7 +194,7 @@ def test_the_command_line_prints_each_problem_on_one_line_and_exits_2(run_tntrun
     result = run_tntrun(
         "global_batch_size=63", "horovod.fusion_threshold_kb=-1", "seed=-1", fresh_store=True
     )
-    assert result.returncode == 2
+    assert_exit(result, 2)
     errors = [line for line in result.stderr.splitlines() if "config error" in line]
     assert len(errors) == 3, result.stderr
     assert "tntrun: config error: seed=-1: use a seed in [0, 4294967296)" in errors
@@ -204,7 +205,7 @@ def test_the_command_line_prints_each_problem_on_one_line_and_exits_2(run_tntrun
 @pytest.mark.slow
 def test_unknown_zoo_names_list_the_available_ones(run_tntrun):
     result = run_tntrun("model=resnet9000", "dataset=imagenet_typo")
-    assert result.returncode == 2
+    assert_exit(result, 2)
     models, datasets = (
         line.split("available: ")[1].split(", ") for line in result.stderr.splitlines()
     )

@@ -7,6 +7,7 @@ import socket
 import pytest
 import yaml
 
+from tests.helpers.asserts import assert_exit, assert_succeeded
 from tntrun.config.schema import OPTIMIZER_SCHEMAS
 
 pytestmark = pytest.mark.slow
@@ -14,21 +15,21 @@ pytestmark = pytest.mark.slow
 
 def test_cfg_job_prints_the_composed_config(run_tntrun):
     result = run_tntrun("--cfg", "job")
-    assert result.returncode == 0, result.stderr
+    assert_succeeded(result)
     cfg = yaml.safe_load(result.stdout)
     assert cfg["global_batch_size"] == 64 and cfg["model"]["_target_"].endswith("build_mlp")
 
 
 def test_info_lists_the_config_groups(run_tntrun):
     result = run_tntrun("--info", "defaults")
-    assert result.returncode == 0, result.stderr
+    assert_succeeded(result)
     for group in ("model/mlp", "dataset/digits", "optimizer/adam", "tracking/mlflow"):
         assert group in result.stdout
 
 
 def test_help_lists_the_groups(run_tntrun):
     result = run_tntrun("--help")
-    assert result.returncode == 0
+    assert_succeeded(result)
     groups = dict(line.split(": ", 1) for line in result.stdout.splitlines() if ": " in line)
     assert {"mlp", "cnn", "resnet50", "transformer"} <= set(groups["model"].split(", "))
     assert set(groups["optimizer"].split(", ")) == {*OPTIMIZER_SCHEMAS, "custom"}
@@ -53,7 +54,7 @@ def test_an_unusable_tracking_store_is_refused_before_any_rank_starts(run_tntrun
             (f"http://127.0.0.1:{port}", "no MLflow server answers"),
         ):
             result = run_tntrun("train.epochs=1", f"tracking.uri={uri}")
-            assert result.returncode == 2, result.stdout[-2000:]
+            assert_exit(result, 2)
             assert f"tracking.uri (else $MLFLOW_TRACKING_URI, else output_root) = {uri}" in (
                 result.stderr
             )

@@ -14,7 +14,7 @@ from keras.src.metrics import ALL_OBJECTS_DICT as KERAS_METRICS
 
 from tntrun.config.compile_checks import LOSS_NAMES, METRIC_NAMES
 from tntrun.config.schema import OPTIMIZER_SCHEMAS
-from tntrun.config.settings import settings_of
+from tntrun.config.settings import OptimizerSettings, settings_of
 from tntrun.engine.compile_args import compile_arguments, states_from_logits
 from tntrun.engine.optimizers import KERAS_OPTIMIZERS, build_optimizer
 from tntrun.engine.output_kind import outputs_probabilities
@@ -59,11 +59,12 @@ def test_every_keras_optimizer_but_the_wrappers_and_experimental_ones_has_a_name
 
 def test_an_optimizer_is_built_with_the_plans_learning_rate_and_its_arguments():
     section = {"name": "adamw", "base_lr": 0.1, "base_batch_size": 64, "weight_decay": 0.01}
-    optimizer = build_optimizer(section, 0.25)
+    optimizer = build_optimizer(OptimizerSettings.of(section), 0.25)
     assert isinstance(optimizer, keras.optimizers.AdamW)
     assert float(optimizer.learning_rate) == 0.25 and optimizer.weight_decay == 0.01
     own = {"_target_": "keras.optimizers.Lion", "base_lr": 0.1, "base_batch_size": 64}
-    assert isinstance(build_optimizer(own, 0.1), keras.optimizers.Lion)
+    built = build_optimizer(OptimizerSettings.of(own), 0.1)
+    assert isinstance(built, keras.optimizers.Lion)
 
 
 def dense(activation=None):

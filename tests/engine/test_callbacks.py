@@ -2,7 +2,7 @@
 every rank after the same epoch (no rank left waiting in an allreduce), and the run says so.
 
 Before, a callback without a ``ranks`` key ran on rank 0 only: EarlyStopping stopped rank 0
-and rank 1 waited until the stall watchdog ended the job (``train.stall_timeout_s``).
+and rank 1 waited until the stall watchdog ended the job (``faults.stall_timeout_s``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import textwrap
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.helpers.commands import clean_env, tntrun_cli, tntrun_command
+from tests.helpers.asserts import assert_succeeded
+from tests.helpers.commands import in_session, tntrun_cli, tntrun_command
 from tests.helpers.pace import PACE
 from tests.helpers.runs import run_dir_of, store_uri
 from tntrun.contract import run_files
@@ -63,7 +64,7 @@ def run_stopped_early(work, *overrides: str, epochs: int = EPOCHS):
     """A run of ``epochs`` epochs with ``overrides``: its MLflow run, stdout, run dir and the
     epochs it logged."""
     result = tntrun_cli(work, f"train.epochs={epochs}", "tracking.system_metrics=false", *overrides)
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert_succeeded(result)
     run, logged = finished_run(work, run_dir_of(result))
     return run, result.stdout, run_dir_of(result), logged
 
@@ -117,7 +118,7 @@ def test_a_stop_asked_inside_an_epoch_on_one_rank_stops_every_rank_after_the_nex
     6's allreduce until the stall watchdog (600 s) fails the run."""
     (tmp_path / "stopper.py").write_text(textwrap.dedent(STOP_MID_EPOCH_ON_RANK_1))
     stopper = "+callbacks.stop._target_=stopper.StopMidEpoch"
-    run, out, run_dir, epochs = run_stopped_early(tmp_path, stopper, "train.stall_timeout_s=60")
+    run, out, run_dir, epochs = run_stopped_early(tmp_path, stopper, "faults.stall_timeout_s=60")
     assert epochs == [0, 1]
     assert run.data.tags["stopped_early"] == f"epoch 2 of {EPOCHS}, step 6"
     assert f"stopped early in epoch 2 of {EPOCHS}, after its step 6: " in out
@@ -172,12 +173,8 @@ def run_on_a_terminal(work, *overrides: str) -> str:
     """``tntrun`` with its stdout on a pseudo-terminal, as in an interactive shell: all it
     wrote there, once it ended."""
     main, terminal = pty.openpty()
-    with subprocess.Popen(
-        tntrun_command(work, *overrides),
-        cwd=work,
-        env=clean_env(),
-        stdout=terminal,
-        stderr=subprocess.DEVNULL,
+    with in_session(
+        tntrun_command(work, *overrides), work, stdout=terminal, stderr=subprocess.DEVNULL
     ) as process:
         os.close(terminal)
         chunks = []

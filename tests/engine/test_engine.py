@@ -14,11 +14,17 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.helpers.commands import clean_env, modules_imported, tntrun_cli, tntrun_command
+from tests.helpers.asserts import assert_exit, assert_succeeded
+from tests.helpers.commands import (
+    in_session,
+    modules_imported,
+    tntrun_cli,
+    tntrun_command,
+)
 from tests.helpers.mpi import MPIS, mpi_first_on_path
 from tests.helpers.pace import PACE
 from tests.helpers.runs import run_dir_of, store_uri, wait_for_file
-from tntrun.config.schema import TrainConfig
+from tntrun.config.schema import FaultsConfig
 
 pytestmark = pytest.mark.slow
 
@@ -47,10 +53,6 @@ def mlflow_run(work, result):
     return client, client.get_run((run_dir_of(result) / "run_id").read_text())
 
 
-def assert_finished(result) -> None:
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
-
-
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
     work = tmp_path_factory.mktemp("two_ranks")
@@ -62,14 +64,14 @@ def two_ranks(tmp_path_factory):
         "+callbacks.csv.filename=${hydra:runtime.output_dir}/epochs.csv",
         "+callbacks.csv.ranks=master_only",
     )
-    assert_finished(result)
+    assert_succeeded(result)
     return work, result
 
 
 def test_two_runs_with_deterministic_true_are_identical(two_ranks, tmp_path):
     _, first = two_ranks
     again = tntrun_cli(tmp_path, *CONFIG)
-    assert_finished(again)
+    assert_succeeded(again)
     for a, b in zip(weights(run_dir_of(first)), weights(run_dir_of(again)), strict=True):
         np.testing.assert_array_equal(a, b)
 
@@ -77,7 +79,7 @@ def test_two_runs_with_deterministic_true_are_identical(two_ranks, tmp_path):
 def test_one_rank_and_two_ranks_reach_the_same_weights(two_ranks, tmp_path):
     _, two = two_ranks
     one = tntrun_cli(tmp_path, *CONFIG, "ranks_per_node=1")
-    assert_finished(one)
+    assert_succeeded(one)
     assert "1 ranks on localhost:1" in one.stdout
     for a, b in zip(weights(run_dir_of(one)), weights(run_dir_of(two)), strict=True):
         np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
@@ -172,21 +174,14 @@ def test_a_preempted_run_resumes_mid_epoch_into_the_same_run_with_the_same_weigh
         f"+callbacks.hold.reached={reached}",
     )
     log = tmp_path / "driver.log"
-    with log.open("w") as out:
-        driver = subprocess.Popen(
-            tntrun_command(tmp_path, *CONFIG, *chosen, *hold),
-            cwd=tmp_path,
-            env=clean_env(),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    wait_for_file(reached, driver, timeout_s=300, log=log)
-    driver.send_signal(signal.SIGTERM)
-    # The driver waits preempt_grace_s for the checkpoint, then stops the ranks; 30 s margin
-    # for its own ending (MLflow, logs) on a busy machine.
-    # 143 = 128 + SIGTERM, as shells and schedulers read a run a signal ended.
-    assert driver.wait(timeout=TrainConfig().preempt_grace_s + 30) == 143
+    command = tntrun_command(tmp_path, *CONFIG, *chosen, *hold)
+    with log.open("w") as out, in_session(command, tmp_path, stdout=out, stderr=out) as driver:
+        wait_for_file(reached, driver, timeout_s=300, log=log)
+        driver.send_signal(signal.SIGTERM)
+        # The driver waits preempt_grace_s for the checkpoint, then stops the ranks; 30 s
+        # margin for its own ending (MLflow, logs) on a busy machine.
+        # 143 = 128 + SIGTERM, as shells and schedulers read a run a signal ended.
+        assert driver.wait(timeout=FaultsConfig().preempt_grace_s + 30) == 143
     text = log.read_text()
     assert "tntrun: run KILLED" in text, text[-3000:]
     preempted_dir = run_dir_of(subprocess.CompletedProcess([], 1, text, ""))
@@ -202,7 +197,7 @@ def test_a_preempted_run_resumes_mid_epoch_into_the_same_run_with_the_same_weigh
         return
 
     resumed = tntrun_cli(tmp_path, *CONFIG, *chosen, "resume=auto")
-    assert_finished(resumed)
+    assert_succeeded(resumed)
     assert f"resume=auto: continuing run {run_id}" in resumed.stdout
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED" and "preempted" not in run.data.tags
@@ -226,14 +221,14 @@ def test_resume_with_another_layout_is_refused(two_ranks, tmp_path):
     refused = tntrun_cli(
         tmp_path, f"resume={run_dir_of(result)}", "ranks_per_node=1", "train.epochs=6"
     )
-    assert refused.returncode == 2
+    assert_exit(refused, 2)
     assert "resume: the checkpoint was trained on 2 ranks with global batch 64" in refused.stderr
     assert "resume_allow_layout_change=true" in refused.stderr
 
 
 def test_manual_distribution_mode_trains(tmp_path):
     result = tntrun_cli(tmp_path, "dataset.distribute=false", "train.epochs=8")
-    assert_finished(result)
+    assert_succeeded(result)
     assert "ran out of data" not in result.stdout + result.stderr  # Keras' warning
     _, run = mlflow_run(tmp_path, result)
     assert run.data.metrics["val_accuracy"] >= 0.9
@@ -251,7 +246,7 @@ def test_resume_by_run_id_with_an_allowed_layout_change(two_ranks, tmp_path):
         "global_batch_size=32",
         "train.epochs=5",
     )
-    assert_finished(resumed)
+    assert_succeeded(resumed)
     run = client.get_run(run.info.run_id)
     assert run.data.tags["resume.layout_change"].startswith(
         "2 ranks, global batch 64 -> 1 ranks, global batch 32; LR 0.05, restarting at step 180"

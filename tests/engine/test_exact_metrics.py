@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.helpers.asserts import assert_succeeded
 from tests.helpers.commands import rank_summaries, tntrun_cli
 from tests.helpers.components import require_module
 from tests.helpers.paths import RANK_SCRIPTS
@@ -121,7 +122,7 @@ def test_a_two_rank_run_logs_what_keras_evaluates_of_its_saved_model(tmp_path):
         "global_batch_size=32",
         "tracking.system_metrics=false",
     )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert_succeeded(result)
     run_dir = run_dir_of(result)
     logged = last_values(run_dir / run_files.METRICS)
     assert logged["weights_rank_spread"] == 0.0, logged

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
+from tests.helpers.asserts import assert_exit
 from tests.helpers.runs import run_dir_of, store_uri
 from tntrun import api
 from tntrun.contract.checkpoints import STATE_PREFIX
@@ -67,7 +68,7 @@ def test_a_nan_loss_fails_the_run_at_that_step_on_every_rank(run_tntrun, tmp_pat
     result = run_tntrun(
         "train.epochs=4", "checkpoint.min_interval_s=0", "checkpoint.keep=1", *QUIET, *nan_at(30)
     )
-    assert result.returncode == 1, result.stdout[-3000:]
+    assert_exit(result, 1)
     run_dir = run_dir_of(result)
     run = tracked(tmp_path, run_dir)
     assert run.info.status == "FAILED"
@@ -80,7 +81,7 @@ def test_a_nan_loss_fails_the_run_at_that_step_on_every_rank(run_tntrun, tmp_pat
 
 
 def test_rollback_restores_the_last_good_checkpoint_and_finishes(in_tmp):
-    rollback = ("train.on_nonfinite=rollback", "train.rollback_lr_factor=0.5")
+    rollback = ("faults.on_nonfinite=rollback", "faults.rollback_lr_factor=0.5")
     result = api.run(
         ["train.epochs=4", *rollback, "checkpoint.min_interval_s=0", *QUIET, *nan_at(30)]
     )
@@ -104,7 +105,7 @@ def test_a_diverging_run_fails_instead_of_finishing_with_nan(run_tntrun, tmp_pat
         "checkpoint.min_interval_s=0",
         *QUIET,
     )
-    assert result.returncode == 1
+    assert_exit(result, 1)
     run = tracked(tmp_path, run_dir_of(result))
     assert run.info.status == "FAILED"
     reason = run.data.tags["failure.nonfinite"]
@@ -203,7 +204,7 @@ def test_the_best_checkpoint_is_the_state_of_the_best_epoch_not_the_newest(in_tm
 def test_an_unknown_monitor_metric_fails_with_the_metrics_logged(run_tntrun):
     """The driver's message names the metrics; rank 0 alone checks the monitor: one rank."""
     result = run_tntrun("train.epochs=2", "checkpoint.monitor=val_acc", *QUIET, *ONE_RANK)
-    assert result.returncode == 1
+    assert_exit(result, 1)
     assert "checkpoint.monitor=val_acc: no such metric; this run logs " in result.stdout
 
 
@@ -255,11 +256,11 @@ def test_nan_training_data_fail_at_the_first_step_in_one_line(run_tntrun, tmp_pa
         "dataset=custom",
         "dataset._target_=blobs.Blobs",
         "train.epochs=1",
-        "train.on_nonfinite=rollback",  # bad data are not rolled back: the same would come
+        "faults.on_nonfinite=rollback",  # bad data are not rolled back: the same would come
         *QUIET,
         *ONE_RANK,
     )
-    assert result.returncode == 1, result.stdout[-3000:]
+    assert_exit(result, 1)
     reason = "the training data hold NaN or infinite values at epoch 1, step 0"
     assert f"\ntntrun: run FAILED: {reason}" in result.stdout, result.stdout[-3000:]
     assert "Traceback" not in result.stdout, result.stdout[-3000:]

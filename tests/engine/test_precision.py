@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from hydra.errors import ConfigCompositionException
 
+from tests.helpers.asserts import assert_succeeded
 from tests.helpers.commands import run_on_two_ranks, tntrun_cli
 from tests.helpers.paths import RANK_SCRIPTS
 from tests.helpers.plans import plan_for
@@ -148,7 +149,7 @@ def test_a_model_with_its_own_train_step_must_output_float32_itself():
 def test_loss_scaling_with_xla_on_two_ranks():
     result = run_on_two_ranks(SCRIPT)
     out = result.stdout
-    assert result.returncode == 0, out[-3000:] + result.stderr[-3000:]
+    assert_succeeded(result)
     for rank in (0, 1):
         for check in (
             "the XLA step equals the standard step",
@@ -161,7 +162,7 @@ def test_loss_scaling_with_xla_on_two_ranks():
 def train_cnn(work: Path, *overrides: str) -> tuple[dict[str, float], list[float], Path]:
     """Final metrics, per-epoch training losses and run directory of a 3-epoch cnn run."""
     result = tntrun_cli(work, *CNN, *overrides)
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert_succeeded(result)
     run_dir = run_dir_of(result)
     metrics = run_dir / run_files.METRICS
     losses = [

@@ -12,6 +12,7 @@ from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
 from tests.engine.test_engine import CONFIG
+from tests.helpers.asserts import assert_exit, assert_succeeded
 from tests.helpers.commands import tntrun_cli
 from tests.helpers.driving import fault
 from tests.helpers.runs import run_dir_of, store_uri, weights_in
@@ -30,7 +31,7 @@ def uninterrupted(tmp_path_factory):
     """The final weights of the same config on 2 ranks, never stopped."""
     work = tmp_path_factory.mktemp("uninterrupted")
     result = tntrun_cli(work, *CONFIG)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert_succeeded(result)
     return weights_in(run_dir_of(result))
 
 
@@ -49,7 +50,7 @@ def preempted_run(work) -> tuple[MlflowClient, str, str]:
 def assert_continued_on_one_rank(client, run_id, resumed, uninterrupted) -> None:
     """The same run, FINISHED, tagged with the new layout, trained on from the checkpoint's
     step to the weights of the uninterrupted 2-rank run."""
-    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-2000:]
+    assert_succeeded(resumed)
     assert "1 ranks on localhost:1" in resumed.stdout
     assert f"continuing run {run_id}" in resumed.stdout
     run = client.get_run(run_id)
@@ -76,7 +77,7 @@ def test_resume_auto_on_one_rank_is_refused_without_the_key_then_continues_with_
     client, run_id, run_dir = preempted_run(tmp_path)
 
     refused = tntrun_cli(tmp_path, *CONFIG, "resume=auto", *ONE_RANK)
-    assert refused.returncode == 2, refused.stdout[-3000:] + refused.stderr[-2000:]
+    assert_exit(refused, 2)
     (line,) = refused.stderr.strip().splitlines()
     assert line == (
         "tntrun: config error: resume: the checkpoint was trained on 2 ranks with global batch "

@@ -19,7 +19,7 @@ from tntrun.engine.precision import state_checkpoint
 
 @pytest.fixture
 def plan(compose_cfg):
-    return plan_for(compose_cfg, "train.on_nonfinite=rollback")
+    return plan_for(compose_cfg, "faults.on_nonfinite=rollback")
 
 
 def values(model) -> list[np.ndarray]:

@@ -67,12 +67,12 @@ def test_one_epoch_on_one_rank_returns_its_metrics_and_saves_the_model(planned, 
 
 
 def test_a_nan_loss_is_rolled_back_with_a_lower_lr_and_the_run_finishes(planned, tmp_path, capsys):
-    plan = planned("train.on_nonfinite=rollback", *NAN_AT_STEP_5)
+    plan = planned("faults.on_nonfinite=rollback", *NAN_AT_STEP_5)
     training = RankTraining(plan, tmp_path)
     final = training.run()
     assert np.isfinite(final["loss"]) and training.rollbacks == 1
     (event,) = [json.loads(line) for line in (tmp_path / NONFINITE).read_text().splitlines()]
-    factor = plan.settings.train.rollback_lr_factor
+    factor = plan.settings.faults.rollback_lr_factor
     assert (event["action"], event["step"], event["lr_scale"]) == ("rollback", 5, factor)
     assert event["restored"] == "the state before the first step"
     _, schedule = learning_rate_of(training.net.optimizer)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
+from tests.helpers.asserts import assert_succeeded
 from tests.helpers.commands import tntrun_cli
 from tests.helpers.runs import final_weights, run_dir_of, store_uri
 from tests.helpers.user_data import TWO_HEADS, WEIGHTED, write_module
@@ -93,7 +94,7 @@ def test_class_and_sample_weights_train_as_serial_keras_on_the_same_global_batch
         f"seed={SEED}",
         "tracking.system_metrics=false",
     )
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert_succeeded(result)
     losses, weights = serial_keras(weighted)
     assert losses[-1] < losses[0], "the reference learns"
     logged = run_metrics(tmp_path, result, "loss")
@@ -123,7 +124,7 @@ def test_a_two_input_two_output_model_trains_from_a_function_returning_dict_data
         "tracking.system_metrics=false",
     )
     out = result.stdout + result.stderr
-    assert result.returncode == 0, out[-5000:]
+    assert_succeeded(result)
     assert "tntrun: run FINISHED" in out and "tntrun: warning" not in out
     loads = json.loads((run_dir_of(result) / "model_loads.json").read_text())
     assert loads["loads"], loads  # its dict outputs predicted alike after loading back

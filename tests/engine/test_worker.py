@@ -36,7 +36,7 @@ def test_a_nan_loss_is_the_nonfinite_exit_code_and_one_line(compose_cfg, tmp_pat
     code = worker.train_or_exit_code(plan, tmp_path, StopRequests([], tmp_path), rank=0)
     assert code == EXIT_NONFINITE
     out = capsys.readouterr().out
-    assert "rank 0: stopped: loss became nan at epoch 1, step 2 (train.on_nonfinite=fail)" in out
+    assert "rank 0: stopped: loss became nan at epoch 1, step 2 (faults.on_nonfinite=fail)" in out
 
 
 def test_a_model_that_is_not_a_keras_model_is_a_config_error(compose_cfg, tmp_path, capsys):

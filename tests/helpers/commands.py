@@ -1,4 +1,5 @@
-"""The processes tests start: the installed ``tntrun`` command and ``horovodrun`` ranks."""
+"""The processes tests start: the installed ``tntrun`` command and ``horovodrun`` ranks;
+what runs beside the test, each in a session of its own (:func:`in_session`)."""
 
 from __future__ import annotations
 
@@ -6,14 +7,17 @@ import contextlib
 import functools
 import json
 import os
+import signal
 import socket
 import sqlite3
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tests.helpers.asserts import assert_succeeded
 from tests.helpers.paths import BIN
 from tntrun.launch.horovodrun import HOROVODRUN_COMMAND
 
@@ -65,18 +69,59 @@ def tntrun_command(workdir: Path, *args: str) -> list[str]:
     return [str(BIN / "tntrun"), *args, f"output_root={workdir / 'outputs'}"]
 
 
+def tntrun_sync(workdir: Path, run_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    """``tntrun sync`` of ``run_dir`` (what a run left to deliver after a store's outage)."""
+    return subprocess.run(
+        [str(BIN / "tntrun"), "sync", str(run_dir), *args],
+        cwd=workdir,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def start_in_session(
+    command: list[str], cwd: Path, env: dict[str, str] | None = None, **popen: Any
+) -> subprocess.Popen:
+    """``command`` started in a session of its own (``env``: :func:`clean_env` unless given):
+    a signal the test sends reaches it alone, and :func:`stop_session` finds all it started."""
+    return subprocess.Popen(
+        command, cwd=cwd, env=clean_env() if env is None else env, start_new_session=True, **popen
+    )
+
+
+def stop_session(process: subprocess.Popen, timeout: float = 30) -> None:
+    """SIGKILL what is left of ``process``'s session while ``process`` is not yet reaped
+    (after that its pid, the group's id, may name someone else's group), and reap it."""
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=timeout)
+
+
+@contextlib.contextmanager
+def in_session(
+    command: list[str], cwd: Path, env: dict[str, str] | None = None, **popen: Any
+) -> Iterator[subprocess.Popen]:
+    """:func:`start_in_session`, and :func:`stop_session` on leaving, after a failure too."""
+    process = start_in_session(command, cwd, env, **popen)
+    try:
+        yield process
+    finally:
+        stop_session(process)
+
+
 def start_tntrun(workdir: Path, *args: str, **popen: Any) -> subprocess.Popen:
     """The installed ``tntrun`` started in its own session, its output (stderr merged) read
     line by line by the caller; the store in ``workdir`` exists (:func:`existing_store`)."""
     existing_store(workdir)
-    return subprocess.Popen(
+    return start_in_session(
         tntrun_command(workdir, *args),
-        cwd=workdir,
-        env=clean_env(),
+        workdir,
         text=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        start_new_session=True,
         **popen,
     )
 
@@ -103,20 +148,22 @@ def concurrent_drivers(
 ) -> list[str]:
     """Start ``count`` tntrun drivers at once (``seed=0..count-1`` besides ``args``), wait for
     all and fail unless each exits 0; their combined outputs, in seed order."""
-    drivers = [
-        subprocess.Popen(
-            tntrun_command(workdir, *args, f"seed={seed}"),
-            cwd=workdir,
-            env=clean_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for seed in range(count)
-    ]
-    outputs = [driver.communicate(timeout=timeout)[0] for driver in drivers]
+    with contextlib.ExitStack() as started:
+        drivers = [
+            started.enter_context(
+                in_session(
+                    tntrun_command(workdir, *args, f"seed={seed}"),
+                    workdir,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                )
+            )
+            for seed in range(count)
+        ]
+        outputs = [driver.communicate(timeout=timeout)[0] for driver in drivers]
     for driver, output in zip(drivers, outputs, strict=True):
-        assert driver.returncode == 0, output[-3000:]
+        assert_succeeded(subprocess.CompletedProcess(driver.args, driver.returncode, output))
     return outputs
 
 
@@ -132,7 +179,7 @@ def modules_imported(code: str, candidates: str) -> list[str]:
         text=True,
         check=False,
     )
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert_succeeded(result)
     return json.loads(result.stdout.splitlines()[-1])
 
 
@@ -163,7 +210,7 @@ def rank_summaries(script: Path, timeout: float = 600) -> list[dict]:
     """Each rank's ``RESULT {json}`` line of a 2-rank launch of ``script``, by rank; fails
     the calling test when the launch fails or a rank printed none."""
     result = run_on_two_ranks(script, timeout=timeout)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert_succeeded(result)
     summaries = [
         json.loads(line.split("RESULT ", 1)[1])
         for line in result.stdout.splitlines()

@@ -4,7 +4,6 @@ left no process behind (the failure tests, on one host, on two hosts and under S
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
@@ -15,7 +14,7 @@ from typing import NamedTuple
 from mlflow.tracking import MlflowClient
 
 from tests.helpers.bounds import AFTER_CTRL_C_S, AFTER_DRIVER_KILLED_S
-from tests.helpers.commands import start_tntrun
+from tests.helpers.commands import start_tntrun, stop_session
 from tests.helpers.processes import (
     HELD,
     Hold,
@@ -68,9 +67,7 @@ class Driver:
         return self
 
     def __exit__(self, *exc) -> None:
-        if self.process.poll() is None:  # the test failed: its ranks follow the driver
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
+        stop_session(self.process)  # alive only if the test failed: its ranks follow it
 
     @property
     def output(self) -> str:

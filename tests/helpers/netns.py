@@ -7,6 +7,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.helpers.asserts import assert_succeeded
 from tests.helpers.components import require_commands, require_root
 from tests.helpers.paths import SCRIPTS
 
@@ -60,7 +61,7 @@ def netns_hosts_up(state: Path) -> NetnsHosts:
     up = subprocess.run(
         ["bash", NETNS_HOSTS, "up", str(state)], capture_output=True, text=True, env=env
     )
-    assert up.returncode == 0, up.stderr
+    assert_succeeded(up)
     lines = [line.split() for line in up.stdout.splitlines()]
     addresses = tuple(line[0] for line in lines)
     port, key = lines[0][1], lines[0][2]

@@ -16,6 +16,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.helpers.asserts import assert_succeeded
 from tests.helpers.commands import free_port
 from tests.helpers.components import missing
 
@@ -70,7 +71,7 @@ def _owner() -> pwd.struct_passwd | None:
 
 def _run(command: list[str], timeout: float = 120) -> None:
     done = subprocess.run(_as_owner(command), capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, f"{' '.join(command)}:\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+    assert_succeeded(done)
 
 
 def postgres_up() -> Postgres:

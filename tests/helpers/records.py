@@ -49,3 +49,12 @@ def assert_record_whole(client, run_dir: Path, more_points_than: int) -> tuple:
     assert_each_sample_once(client, run_id, samples)
     assert "model.keras" in {a.path for a in client.list_artifacts(run_id)}
     return run, samples
+
+
+def assert_delivered_whole(uri: str, run_dir: Path, more_points_than: int) -> None:
+    """What delivering a run (the driver, or ``tntrun sync`` after an outage) must leave in
+    the store at ``uri``: :func:`assert_record_whole`, and the final model logged once."""
+    from mlflow.tracking import MlflowClient
+
+    run, _ = assert_record_whole(MlflowClient(uri), run_dir, more_points_than)
+    assert len(run.outputs.model_outputs) == 1  # the final model, logged once

@@ -16,7 +16,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.helpers.commands import clean_env, free_port
+from tests.helpers.commands import clean_env, free_port, start_in_session
 from tests.helpers.paths import BIN
 
 WORKERS = 2  # concurrent drivers' requests are served in parallel, as a team's would be
@@ -61,14 +61,8 @@ def team_server_up(folder: Path, database_uri: str) -> TeamServer:
     }
     begin = time.monotonic()
     with log.open("w") as output:
-        process = subprocess.Popen(
-            command,
-            cwd=folder,
-            env=env,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its workers in its own group: stopped together
-        )
+        # In its own session: its workers in its own group, stopped together.
+        process = start_in_session(command, folder, env, stdout=output, stderr=subprocess.STDOUT)
     server = TeamServer(f"http://127.0.0.1:{port}", artifacts, log, process, 0.0)
     try:
         server.started_in_s = _wait_healthy(server, begin)

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from tests.helpers.asserts import assert_exit
 from tntrun.contract import run_files
 from tntrun.contract.clock import process_start_time
 from tntrun.contract.driver_alive import (
@@ -144,7 +145,7 @@ def test_the_heartbeat_stops_with_a_killed_driver(tmp_path):
     run = subprocess.run(
         [sys.executable, "-c", driver, str(tmp_path)], capture_output=True, text=True, timeout=60
     )
-    assert run.returncode == -signal.SIGKILL, run.stderr
+    assert_exit(run, -signal.SIGKILL)
     keeper = int(run.stdout)
     path = tmp_path / run_files.DRIVER_ALIVE
     assert beat_count(path) >= 1  # it beat while the driver lived

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers.asserts import assert_exit
 from tntrun.errors import PlanError
 from tntrun.launch.discovery import available_hosts, discovery_problems
 
@@ -51,7 +52,7 @@ def test_a_discovery_with_no_host_that_can_take_a_node_is_one_line(printed, says
 
 def test_a_bad_discovery_stops_the_run_before_any_rank(run_tntrun, tmp_path):
     result = run_tntrun("elastic.min_nodes=1", "elastic.discovery=exit 7", "global_batch_size=48")
-    assert result.returncode == 2, result.stdout[-2000:]
+    assert_exit(result, 2)
     (line,) = [ln for ln in result.stderr.splitlines() if "elastic.discovery" in ln]
     assert line == "tntrun: config error: elastic.discovery=exit 7 failed (exit 7): no message"
     assert "MLflow run id" not in result.stdout  # nothing tracked: no run to leave RUNNING

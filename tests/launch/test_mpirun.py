@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.asserts import assert_exit, assert_succeeded
 from tests.helpers.bounds import AFTER_RANK_FAILURE_S
 from tests.helpers.commands import tntrun_cli
 from tests.helpers.driving import (
@@ -58,7 +59,7 @@ def test_ctrl_c_stops_every_mpirun_rank(tmp_path, monkeypatch, mpi):
 def test_without_an_mpi_the_run_is_refused_in_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(BIN))  # the environment's commands, no MPI
     result = tntrun_cli(tmp_path, "launcher=mpirun")
-    assert result.returncode == 2, result.stdout[-3000:]
+    assert_exit(result, 2)
     assert (
         result.stderr.strip()
         .splitlines()[-1]
@@ -79,11 +80,11 @@ def test_the_default_experiment_finishes_under_each_mpi_which_binds_its_ranks_to
     real = mpi_first_on_path(mpi, tmp_path, monkeypatch)
     pinned = ("launcher=mpirun", "pin_to_socket=true", "sockets_per_node=1")
     shown = run_tntrun(*pinned, "dry_run=true")
-    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert_succeeded(shown)
     assert "rank 1, host localhost, local rank 1, socket 0, bound by mpirun" in shown.stdout
     assert "numactl" not in shown.stdout
     result = run_tntrun(*pinned, "train.epochs=1")
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert_succeeded(result)
     assert "pin_to_socket=true on nodes of one socket" in result.stderr
     run_dir = run_dir_of(result)
     plan = Plan.load(run_dir / "plan.json")

@@ -89,13 +89,13 @@ def test_signal_names_in_the_config(compose_cfg):
     assert signal_number("15") == signal.SIGTERM
     with pytest.raises(ValueError, match="no such signal 'SIGNOPE'"):
         signal_number("SIGNOPE")
-    ok = settings_for(compose_cfg, "train.preempt_signals=[TERM,SIGUSR2]")
+    ok = settings_for(compose_cfg, "faults.preempt_signals=[TERM,SIGUSR2]")
     assert value_problems(ok) == []
     for bad in (["SIGNOPE"], ["SIGKILL"], ["SIGINT"]):
-        given = settings_for(compose_cfg, f"train.preempt_signals=[{bad[0]}]")
+        given = settings_for(compose_cfg, f"faults.preempt_signals=[{bad[0]}]")
         problems = value_problems(given)
         assert problems == [
-            f"train.preempt_signals={bad}: name signals, e.g. [SIGTERM,SIGUSR1], or []"
+            f"faults.preempt_signals={bad}: name signals, e.g. [SIGTERM,SIGUSR1], or []"
         ]
 
 

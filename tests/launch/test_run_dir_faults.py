@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.helpers.commands import start_tntrun, tntrun_cli
+from tests.helpers.asserts import assert_exit, assert_succeeded
+from tests.helpers.commands import start_tntrun, stop_session, tntrun_cli
 from tests.helpers.components import require_commands, require_root
 from tests.helpers.driving import fault
 from tests.helpers.processes import HELD, Hold
@@ -92,7 +93,7 @@ def test_a_second_run_is_refused_then_a_full_disk_fails_the_first_as_failure_dis
         hydra_record = (run_dir / ".hydra" / "overrides.yaml").read_text()
 
         second = tntrun_cli(tmp_path, *SHORT, "seed=1", f"hydra.run.dir={run_dir}")
-        assert second.returncode == 2, second.stdout[-2000:] + second.stderr[-2000:]
+        assert_exit(second, 2)
         (line,) = second.stderr.strip().splitlines()
         assert line.startswith(f"tntrun: config error: run directory {run_dir} is in use by a ")
         assert f"(pid {first.pid}@" in line
@@ -104,8 +105,7 @@ def test_a_second_run_is_refused_then_a_full_disk_fails_the_first_as_failure_dis
         lines += list(first.stdout)
         code = first.wait(timeout=120)
     finally:
-        if first.poll() is None:
-            first.kill()
+        stop_session(first)
     output = "".join(lines)
     assert code == 1, output[-3000:]
     assert "does not answer" not in output  # the store is on another disk
@@ -143,7 +143,7 @@ def test_a_damaged_newest_checkpoint_after_a_preemption_falls_back_and_finishes(
 
     resumed = tntrun_cli(tmp_path, *SHORT, *ONE_RANK, "resume=auto", "callbacks={}")
     output = resumed.stdout + resumed.stderr
-    assert resumed.returncode == 0, output[-3000:]
+    assert_succeeded(resumed)
     assert (
         f"tntrun: checkpoint {NEWEST} of {old_dir} is damaged (state.data-00000-of-00001 does "
         f"not match its checksum): kept as {NEWEST}.damaged, falling back to the one before"

@@ -15,6 +15,7 @@ from dataclasses import replace
 
 import pytest
 
+from tests.helpers.commands import start_in_session
 from tntrun import api
 from tntrun.contract.run_lock import Holder, RunDirBusy, RunDirLock, live_holder
 from tntrun.errors import PlanError
@@ -74,8 +75,8 @@ time.sleep(60)
 
 @pytest.mark.slow
 def test_a_lock_held_by_another_process_refuses_until_that_process_dies(tmp_path):
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    holder = start_in_session(
+        [sys.executable, "-c", HOLD, str(tmp_path)], tmp_path, stdout=subprocess.PIPE, text=True
     )
     try:
         assert holder.stdout.readline() == "held\n"

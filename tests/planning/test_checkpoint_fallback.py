@@ -169,7 +169,7 @@ def test_a_restart_falls_back_past_a_damaged_newest_checkpoint(tmp_path, compose
     from tntrun.launch.rank_job import LaunchResult
     from tntrun.launch.supervisor import Supervisor
 
-    plan = plan_for(compose_cfg, "train.max_restarts=1", run_dir=tmp_path)
+    plan = plan_for(compose_cfg, "faults.max_restarts=1", run_dir=tmp_path)
     write(tmp_path, 1)
     flip_a_byte(write(tmp_path, 2) / "state.index")
     points = []

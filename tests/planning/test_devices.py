@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from tests.helpers.asserts import assert_exit, assert_succeeded
 from tntrun.planning.machine import (
     MachineFacts,
     count_gpus,
@@ -21,7 +22,7 @@ def test_asking_for_gpus_on_a_node_without_them_is_refused_before_launch(run_tnt
     found, how = count_gpus()
     assert found == 0, f"this test expects a machine without GPUs ({how})"
     result = run_tntrun("gpus=1", "train.epochs=1", fresh_store=True)
-    assert result.returncode == 2
+    assert_exit(result, 2)
     errors = [line for line in result.stderr.splitlines() if line.startswith("tntrun: ")]
     assert len(errors) == 1 and errors[0].startswith("tntrun: config error: gpus=1: this node (")
     assert f"shows 0 GPU(s) ({how}): run on a node with 1 GPUs or set gpus=0" in errors[0]
@@ -31,7 +32,7 @@ def test_asking_for_gpus_on_a_node_without_them_is_refused_before_launch(run_tnt
 @pytest.mark.slow
 def test_a_dry_run_may_plan_for_gpus_elsewhere(run_tntrun):
     result = run_tntrun("gpus=4", "dry_run=true")
-    assert result.returncode == 0, result.stderr
+    assert_succeeded(result)
     assert "4 GPU(s) per node" in result.stdout and "CUDA_VISIBLE_DEVICES" not in result.stdout
 
 

@@ -6,6 +6,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from tests.helpers.asserts import assert_succeeded
 from tests.helpers.plans import line_points
 
 pytestmark = pytest.mark.slow
@@ -20,7 +21,7 @@ def test_dry_run_prints_config_plan_and_command(run_tntrun, tmp_path):
         "global_batch_size=128",
         fresh_store=True,
     )
-    assert result.returncode == 0, result.stderr
+    assert_succeeded(result)
     out = result.stdout
     assert "== Config ==" in out and "global_batch_size: 128" in out
     assert "global batch                      128 = 2 x 64 (micro-batch)" in out

@@ -250,7 +250,7 @@ def test_plan_round_trips_through_json(compose_cfg):
     )
     assert Plan.from_json(plan.to_json()) == plan
     settings = Plan.from_json(plan.to_json()).settings
-    assert settings.train.on_nonfinite is OnNonFinite.fail  # an enum again, not its name
+    assert settings.faults.on_nonfinite is OnNonFinite.fail  # an enum again, not its name
     assert settings.schedule.boundaries_epochs == [10.0]
 
 
@@ -259,7 +259,7 @@ def test_a_plan_written_before_it_carried_its_settings_reads_them_from_the_confi
 ):
     # plan.json of tntrun 0.1 (commit 5601e35) had neither settings nor config_hash: the
     # settings are its run directory's config.yaml, typed, and the hash the driver's.
-    overrides = ("train.on_nonfinite=rollback", "+tracking.tags.team=vision", "seed=7")
+    overrides = ("faults.on_nonfinite=rollback", "+tracking.tags.team=vision", "seed=7")
     plan = plan_for(compose_cfg, *overrides, run_dir=tmp_path)
     config = compose_cfg(*overrides)
     (tmp_path / "config.yaml").write_text(OmegaConf.to_yaml(config, resolve=True))
@@ -268,7 +268,7 @@ def test_a_plan_written_before_it_carried_its_settings_reads_them_from_the_confi
     (tmp_path / "plan.json").write_text(json.dumps(old))
     loaded = Plan.load(tmp_path / "plan.json")
     assert loaded.config_hash == plan.config_hash
-    assert loaded.settings.train.on_nonfinite is OnNonFinite.rollback
+    assert loaded.settings.faults.on_nonfinite is OnNonFinite.rollback
     assert loaded.settings.tracking.tags == {"team": "vision"} and loaded.settings.seed == 7
     assert loaded == plan
 

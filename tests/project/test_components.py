@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.asserts import assert_exit, assert_succeeded
 from tests.helpers.commands import clean_env
 from tests.helpers.components import REQUIRE_ENV
 from tests.helpers.paths import ROOT
@@ -36,12 +37,12 @@ def pytest_without_slurm(tmp_path: Path, **env: str) -> subprocess.CompletedProc
 
 def test_under_ci_a_missing_slurm_fails_naming_it(tmp_path):
     result = pytest_without_slurm(tmp_path, CI="true")
-    assert result.returncode == 1, result.stdout[-2000:]
+    assert_exit(result, 1)
     assert "missing real component: slurmctld" in result.stdout, result.stdout[-2000:]
     assert "1 error" in result.stdout
 
 
 def test_a_users_run_without_slurm_skips_with_the_reason(tmp_path):
     result = pytest_without_slurm(tmp_path)
-    assert result.returncode == 0, result.stdout[-2000:]
+    assert_succeeded(result)
     assert "SKIPPED" in result.stdout and "missing real component: slurmctld" in result.stdout

@@ -1,5 +1,6 @@
 """The README stays a short entry point; the reference in docs/ builds without a broken link."""
 
+import importlib.util
 import re
 import shutil
 import tomllib
@@ -92,3 +93,35 @@ def test_the_layers_in_development_md_are_the_import_contracts():
         re.split(r"\s{2,}", line.strip())[0] for line in block.splitlines() if line[:1].strip()
     ]
     assert documented == contract_layers(), "docs/development.md's Layers block: update it"
+
+
+def development_doc():
+    """scripts/development_doc.py as a module (scripts/ is not a package)."""
+    path = ROOT / "scripts" / "development_doc.py"
+    spec = importlib.util.spec_from_file_location("development_doc", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_layout_in_development_md_is_made_from_the_docstrings():
+    """Each module's docstring says what it is for; the Layout block is made from them."""
+    doc = development_doc()
+    current = doc.DOC.read_text()
+    assert doc.with_block(current, doc.layout_block()) == current, (
+        "docs/development.md's Layout block is stale: python scripts/development_doc.py"
+    )
+
+
+def test_a_module_without_a_docstring_shows_as_a_bare_name(tmp_path):
+    """The generator reads docstrings, not the doc's old text: the check can fail."""
+    doc = development_doc()
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text('"""A package. More."""\n')
+    (package / "said.py").write_text('"""What it is for (Smith et al. 2020). Details."""\n')
+    (package / "silent.py").write_text("x = 1\n")
+    lines = doc.package_lines(package, 0)
+    assert lines[0].split() == ["pkg/", "A", "package"]
+    assert "What it is for (Smith et al. 2020)" in lines[1]
+    assert lines[2].strip() == "silent.py"

@@ -16,6 +16,7 @@ import tarfile
 
 import pytest
 
+from tests.helpers.asserts import assert_succeeded
 from tests.helpers.commands import run_on_two_ranks
 from tests.helpers.paths import RANK_SCRIPTS, ROOT
 from tests.helpers.stack import horovod_wheel, tensorflow_version
@@ -100,7 +101,7 @@ def test_the_installed_horovod_was_built_here_with_the_patches_this_environment_
 @pytest.mark.slow
 def test_a_users_horovod_script_broadcasts_keras3_variables_on_two_ranks():
     result = run_on_two_ranks(RANK_SCRIPTS / "patched_horovod.py")
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert_succeeded(result)
     lines = result.stdout.splitlines()
     ranks = [json.loads(line.split("RESULT ", 1)[1]) for line in lines if "RESULT {" in line]
     assert sorted(r["rank"] for r in ranks) == [0, 1], result.stdout[-3000:]

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.asserts import assert_exit
+
 ROOT = Path(__file__).resolve().parents[2]
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 ZOO = ("models", "datasets")
@@ -55,7 +57,7 @@ def test_a_broken_contract_fails(tmp_path, module, bad_import, contract):
     # Inside a function, as hidden circles are: the contract still sees it.
     target.write_text(f"{target.read_text()}\n\ndef _bad() -> None:\n    {bad_import}\n")
     done = lint_imports(tmp_path)
-    assert done.returncode == 1, done.stdout + done.stderr
+    assert_exit(done, 1)
     broken = done.stdout.split("Broken contracts", 1)[-1]
     assert contract in broken, done.stdout
 

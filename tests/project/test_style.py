@@ -5,6 +5,7 @@ import sys
 
 import pytest
 
+from tests.helpers.asserts import assert_succeeded
 from tests.helpers.paths import ROOT
 
 RUFF = [sys.executable, "-m", "ruff"]
@@ -17,13 +18,13 @@ def ruff(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_ruff_check_is_clean():
     result = ruff("check", ".")
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert_succeeded(result)
 
 
 @pytest.mark.slow
 def test_ruff_format_would_change_nothing():
     result = ruff("format", "--check", ".")
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert_succeeded(result)
 
 
 def test_no_line_opts_out_of_the_formatter():

@@ -35,6 +35,7 @@ import tensorflow as tf  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from tntrun.config.schema import OPTIMIZER_SCHEMAS  # noqa: E402
+from tntrun.config.settings import OptimizerSettings  # noqa: E402
 from tntrun.datasets.digits import DigitsDataset  # noqa: E402
 from tntrun.engine import data_parallel as dp  # noqa: E402
 from tntrun.engine import precision, runtime  # noqa: E402
@@ -175,7 +176,7 @@ def train_with_tntrun(case: Case, averaged: bool = True) -> Trained:
     schedule = PlannedSchedule(
         ScheduleParams("constant", peak_lr=optimizer_section(case)["base_lr"], total_steps=99)
     )
-    optimizer = build_optimizer(optimizer_section(case), schedule)
+    optimizer = build_optimizer(OptimizerSettings.of(optimizer_section(case)), schedule)
     if averaged:
         optimizer = dp.data_parallel(optimizer)
     spec = compile_spec("classification", 0.0, not outputs_probabilities(model, INPUT_SHAPE))

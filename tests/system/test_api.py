@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from tests.helpers.asserts import assert_succeeded
 from tests.helpers.commands import tntrun_cli
 from tests.helpers.runs import run_dir_of
 from tntrun import api
@@ -149,7 +150,7 @@ def test_the_dry_run_says_the_sizes_are_assumed(run_tntrun):
         "global_batch_size=512",
         "dry_run=true",
     )
-    assert result.returncode == 0, result.stderr
+    assert_succeeded(result)
     assert (
         "note: dataset.data_dir is not there yet: planned with the published sizes "
         "(1,281,167 train / 50,000 validation samples, 1000 classes)"
@@ -162,7 +163,7 @@ def test_a_glob_sweep_plans_every_match(run_tntrun, tmp_path):
     result = run_tntrun(
         "-m", "model=glob(resnet1*)", "dry_run=true", "dataset=synthetic_images", fresh_store=True
     )
-    assert result.returncode == 0, result.stderr[-2000:]
+    assert_succeeded(result)
     assert result.stdout.count("dry run: nothing was launched") == 3  # resnet101, 152, 18
     assert not (tmp_path / "outputs" / "mlflow.db").exists()
 
@@ -190,7 +191,7 @@ def test_bring_your_own_model_and_dataset_from_the_working_directory(tmp_path):
         "ranks_per_node=1",
     )
     result = tntrun_cli(tmp_path, "--config-dir", "conf", *args, "global_batch_size=32")
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert_succeeded(result)
     assert "tntrun: run FINISHED" in result.stdout
     accuracy = float(result.stdout.split("final val_accuracy: ")[1].split()[0])
     assert accuracy > 0.9  # the blobs are 3 standard deviations apart

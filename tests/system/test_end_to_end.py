@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from mlflow.tracking import MlflowClient
 
+from tests.helpers.asserts import assert_exit, assert_succeeded
 from tests.helpers.runs import run_dir_of, store_uri
 from tests.helpers.stack import tensorflow_version
 
@@ -21,7 +22,7 @@ def only_run(tmp_path):
 
 def test_default_experiment_trains_on_two_ranks_and_logs_to_mlflow(run_tntrun, tmp_path):
     result = run_tntrun("tracking.system_metrics_interval_s=1", fresh_store=True)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert_succeeded(result)
 
     client, run = only_run(tmp_path)
     assert run.info.status == "FINISHED"
@@ -98,7 +99,7 @@ def test_a_failing_rank_marks_the_run_failed(run_tntrun, tmp_path):
 
 def test_config_error_exits_2_before_any_run(run_tntrun, tmp_path):
     result = run_tntrun("global_batch_size=63", fresh_store=True)
-    assert result.returncode == 2
+    assert_exit(result, 2)
     assert "global_batch_size=63 is not divisible by the world size 2" in result.stderr
     assert not (tmp_path / "outputs" / "mlflow.db").exists()
 
@@ -111,7 +112,7 @@ def test_the_run_story_is_in_hydras_job_log_and_verbose_adds_tntruns_debug(run_t
         "ranks_per_node=1",
         "hydra.verbose=tntrun",
     )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert_succeeded(result)
     job_log = (run_dir_of(result) / "cli.log").read_text()
     story = ("tntrun: 1 ranks on localhost:1", "tntrun: MLflow run ", "tntrun: run FINISHED")
     for line in (*story, "tntrun: launching the ranks: "):

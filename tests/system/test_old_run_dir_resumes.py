@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from tests.helpers.asserts import assert_succeeded
 from tests.helpers.commands import tntrun_cli
 from tests.helpers.paths import ROOT
 from tests.helpers.runs import run_dir_of, store_uri
@@ -55,7 +56,7 @@ def test_a_run_directory_written_by_tntrun_0_1_resumes_where_it_stopped(tmp_path
     run_id = (old_dir / "run_id").read_text()
     # Without the old run's fault injection: a test instrument, not the format under test.
     resumed = tntrun_cli(tmp_path, f"resume={old_dir}", "callbacks={}")
-    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert_succeeded(resumed)
     assert f"resume={old_dir}: continuing run {run_id}" in resumed.stdout
     assert f"{CHECKPOINT} at epoch 1, step 32" in resumed.stdout  # not from scratch
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.asserts import assert_succeeded
 from tests.helpers.paths import ROOT
 from tests.helpers.stack import horovod_wheel, tensorflow_requirement
 
@@ -87,13 +88,6 @@ def timed(label: str, seconds: float, record) -> None:
     record(f"seconds_{label.replace(' ', '_')}", round(seconds, 1))
 
 
-def assert_succeeded(result: subprocess.CompletedProcess, what: str) -> None:
-    assert result.returncode == 0, (
-        f"{what} exited {result.returncode}\n--- stdout\n{result.stdout[-4000:]}\n"
-        f"--- stderr\n{result.stderr[-4000:]}"
-    )
-
-
 @pytest.fixture(scope="module")
 def source(tmp_path_factory) -> Path:
     """A copy of the checkout: building in place would write build/ and *.egg-info into it
@@ -125,7 +119,7 @@ def wheel(source, tmp_path_factory, record_testsuite_property) -> Path:
         timeout=300,
     )
     timed("wheel build", time.monotonic() - start, record_testsuite_property)
-    assert_succeeded(built, "pip wheel")
+    assert_succeeded(built)
     (path,) = out.glob("tntrun-*.whl")
     return path
 
@@ -209,7 +203,7 @@ def fresh(wheel, tmp_path_factory, record_testsuite_property) -> Iterator[FreshV
     base_python = getattr(sys, "_base_executable", sys.executable)  # the venv's interpreter
     start = time.monotonic()
     created = subprocess.run([base_python, "-m", "venv", root], capture_output=True, text=True)
-    assert_succeeded(created, f"python{PYTHON} -m venv")
+    assert_succeeded(created)
     venv = FreshVenv(root, fresh_environment(root))
     pip = [str(venv.python), "-m", "pip", "install", "--quiet"]
     # --no-compile, then compileall on every core: pip compiles one file at a time, and
@@ -221,9 +215,7 @@ def fresh(wheel, tmp_path_factory, record_testsuite_property) -> Iterator[FreshV
         env=venv.env,
         timeout=900,
     )
-    assert_succeeded(
-        installed, "pip install of TensorFlow, Horovod's dependencies and the tntrun wheel"
-    )
+    assert_succeeded(installed)
     installed = subprocess.run(
         [*pip, "--no-compile", "--no-deps", str(horovod)],
         capture_output=True,
@@ -231,7 +223,7 @@ def fresh(wheel, tmp_path_factory, record_testsuite_property) -> Iterator[FreshV
         env=venv.env,
         timeout=300,
     )
-    assert_succeeded(installed, f"pip install --no-deps {horovod.name}")
+    assert_succeeded(installed)
     timed("venv and pip install", time.monotonic() - start, record_testsuite_property)
     start = time.monotonic()
     compiled = subprocess.run(
@@ -241,7 +233,7 @@ def fresh(wheel, tmp_path_factory, record_testsuite_property) -> Iterator[FreshV
         env=venv.env,
         timeout=300,
     )
-    assert_succeeded(compiled, "compileall of the fresh site-packages")
+    assert_succeeded(compiled)
     timed("compileall", time.monotonic() - start, record_testsuite_property)
 
     assert "include-system-site-packages = false" in (root / "pyvenv.cfg").read_text()
@@ -251,7 +243,7 @@ def fresh(wheel, tmp_path_factory, record_testsuite_property) -> Iterator[FreshV
     where = subprocess.run(
         [venv.python, "-c", WHERE], capture_output=True, text=True, env=venv.env, cwd=outside
     )
-    assert_succeeded(where, "import tntrun in the fresh venv")
+    assert_succeeded(where)
     module, path = json.loads(where.stdout)
     assert Path(module).is_relative_to(venv.site_packages), module
     assert not [p for p in path if p and inside_checkout(p)], path
@@ -279,7 +271,7 @@ def train(fresh: FreshVenv, workdir: Path, label: str, record_property, *overrid
         timeout=600,
     )
     timed(label, time.monotonic() - start, record_property)
-    assert_succeeded(result, "tntrun " + " ".join(overrides))
+    assert_succeeded(result)
     assert "tntrun: run FINISHED" in result.stdout, result.stdout[-4000:]
     (line,) = (ln for ln in result.stdout.splitlines() if ln.startswith("tntrun: run directory: "))
     run_dir = Path(line.removeprefix("tntrun: run directory: "))

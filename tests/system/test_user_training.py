@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
+from tests.helpers.asserts import assert_exit, assert_succeeded
 from tests.helpers.runs import run_dir_of, store_uri, weights_in
 
 pytestmark = pytest.mark.slow
@@ -91,7 +92,7 @@ def user_dir(tmp_path: Path) -> Path:
 
 
 def finished_run(tmp_path: Path, result: subprocess.CompletedProcess):
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert_succeeded(result)
     client = MlflowClient(tracking_uri=store_uri(tmp_path))
     (run,) = client.search_runs([client.get_experiment_by_name("tntrun").experiment_id])
     assert run.info.status == "FINISHED"
@@ -143,7 +144,7 @@ def loads_without_tntrun(where: Path, *files: Path) -> str:
         cwd=where,
         timeout=120,
     )
-    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    assert_succeeded(loaded)
     assert "Skipping variable loading" not in loaded.stderr, loaded.stderr[-3000:]
     return loaded.stdout
 
@@ -193,7 +194,7 @@ def test_an_adamw_regression_equals_keras_and_its_files_load_without_tntrun(run_
 
 def test_a_loss_that_does_not_fit_the_output_fails_in_one_line(run_tntrun, user_dir):
     result = run_tntrun("model=custom", "model._target_=usercode.one_unit", *QUIET)
-    assert result.returncode == 1, result.stdout[-3000:]
+    assert_exit(result, 1)
     expected = (
         "loss=sparse_categorical_crossentropy: sparse cross-entropy needs one output unit per "
         "class; the output has 1"

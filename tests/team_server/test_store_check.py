@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.asserts import assert_exit, assert_succeeded
 from tests.helpers.commands import tntrun_cli
 from tests.helpers.postgres import Postgres
 from tntrun.contract import run_files
@@ -43,7 +44,7 @@ def assert_refused(
     result: subprocess.CompletedProcess, workdir: Path, uri_shown: str, fix: str
 ) -> None:
     """Exit 2, one line naming the URI and the fix, and no rank, no run directory's inputs."""
-    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert_exit(result, 2)
     lines = [line for line in result.stderr.splitlines() if "tracking.uri" in line]
     assert len(lines) == 1, result.stderr
     assert f"{NAMED}{uri_shown}:" in lines[0] and fix in lines[0], lines[0]
@@ -125,7 +126,7 @@ def test_a_reachable_postgresql_passes_and_a_run_finishes_in_it(tmp_path, postgr
         "tracking.system_metrics=false",
         "checkpoint.every_epochs=0",
     )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert_succeeded(result)
     client = MlflowClient(postgres.uri())
     (run,) = client.search_runs([client.get_experiment_by_name("direct").experiment_id])
     assert run.info.status == "FINISHED" and "val_accuracy" in run.data.metrics

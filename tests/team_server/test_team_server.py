@@ -17,6 +17,7 @@ from mlflow.artifacts import download_artifacts
 from mlflow.entities import LoggedModelStatus
 from mlflow.tracking import MlflowClient
 
+from tests.helpers.asserts import assert_succeeded
 from tests.helpers.commands import concurrent_drivers, tntrun_cli
 from tests.helpers.runs import run_dir_of
 from tests.helpers.team_server import TeamServer
@@ -57,7 +58,7 @@ def test_a_runs_artifacts_and_model_land_on_the_server_not_on_the_drivers_disk(
         "tracking.register_model=team-digits",
         "tracking.register_alias=candidate",
     )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert_succeeded(result)
     run_dir = run_dir_of(result)
     client = MlflowClient(team_server.url)
     (run,) = runs_of(client, "team-run")
@@ -124,7 +125,7 @@ def test_a_sweep_through_the_team_server_nests_its_jobs_and_registers_its_best_o
         "tracking.register_model=sweep-digits",
         "tracking.register_alias=candidate",
     )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert_succeeded(result)
     client = MlflowClient(team_server.url)
     runs = runs_of(client, "team-sweep")
     (parent,) = [r for r in runs if r.data.tags.get("tntrun.tracking.sweep") == "parent"]

@@ -20,6 +20,7 @@ from mlflow.entities import LoggedModelStatus
 from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
+from tests.helpers.asserts import assert_succeeded
 from tests.helpers.commands import tntrun_cli
 from tests.helpers.runs import run_dir_of, store_uri
 from tests.helpers.stack import installed, tensorflow_requirement
@@ -78,7 +79,7 @@ def best_and_final(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]
         "tracking.register_model=digits-mlp",
         "tracking.register_alias=candidate",
     )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert_succeeded(result)
     return result, workdir
 
 
@@ -158,7 +159,7 @@ def test_log_model_false_logs_no_model(run_tntrun, tmp_path):
     result = run_tntrun(
         *TINY, "ranks_per_node=1", "tracking.log_model=false", "tracking.register_model=unused"
     )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert_succeeded(result)
     run_dir = run_dir_of(result)
     client = MlflowClient(store_uri(tmp_path))
     run_id = (run_dir / "run_id").read_text()

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
+from tests.helpers.asserts import assert_succeeded
 from tests.helpers.commands import clean_env, tntrun_cli
 from tests.helpers.runs import run_dir_of, store_uri
 
@@ -167,7 +168,7 @@ def python(script: str, cwd: Path, *args: str) -> None:
         text=True,
         timeout=300,
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert_succeeded(done)
 
 
 def run_tags(workdir: Path, run_dir: Path) -> tuple[str, dict[str, str]]:
@@ -182,7 +183,7 @@ def test_a_model_with_the_users_layers_loads_in_a_fresh_process_elsewhere(tmp_pa
     workdir.mkdir(), elsewhere.mkdir()
     user_project(workdir, LAYERS, with_block=True)
     result = tntrun_cli(workdir, *TINY, "ranks_per_node=1")
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert_succeeded(result)
     run_dir = run_dir_of(result)
     status, tags = run_tags(workdir, run_dir)
     assert status == "FINISHED" and tags["model_loads"] == "true", tags
@@ -215,7 +216,7 @@ def test_a_model_with_the_users_layers_loads_in_a_fresh_process_elsewhere(tmp_pa
 def test_a_layer_without_get_config_is_said_in_one_line_and_tagged(tmp_path):
     user_project(tmp_path, NO_CONFIG_EMBEDDING, with_block=False)
     result = tntrun_cli(tmp_path, *TINY)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert_succeeded(result)
     status, tags = run_tags(tmp_path, run_dir_of(result))
     assert status == "FINISHED"
     assert tags["model_loads"] == "false"

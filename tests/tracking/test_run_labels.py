@@ -9,6 +9,7 @@ import subprocess
 import pytest
 from mlflow.tracking import MlflowClient
 
+from tests.helpers.asserts import assert_succeeded
 from tests.helpers.commands import clean_env, tntrun_command
 from tests.helpers.runs import run_dir_of, store_uri
 
@@ -28,7 +29,7 @@ def test_tags_description_and_the_experiment_from_the_environment(tmp_path):
     )
     env = {**clean_env(), "MLFLOW_EXPERIMENT_NAME": "myexp", "MLFLOW_RUN_NAME": "baseline"}
     result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert_succeeded(result)
     client = MlflowClient(store_uri(tmp_path))
     run = client.get_run((run_dir_of(result) / "run_id").read_text())
     assert client.get_experiment(run.info.experiment_id).name == "myexp"

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.commands import clean_env, tntrun_command
-from tests.helpers.paths import BIN
-from tests.helpers.records import assert_record_whole
+from tests.helpers.asserts import assert_exit, assert_succeeded
+from tests.helpers.commands import start_in_session, stop_session, tntrun_command, tntrun_sync
+from tests.helpers.records import assert_delivered_whole
 from tests.helpers.runs import wait_for_file
 from tntrun.contract import run_files
 from tntrun.contract.exit_codes import EXIT_TRACKING_PENDING
@@ -71,14 +71,8 @@ def start(tmp_path: Path, uri: str, *args: str) -> tuple[subprocess.Popen, Path]
         "ranks_per_node=1",
         *args,
     )
-    process = subprocess.Popen(
-        command,
-        cwd=tmp_path,
-        env=clean_env(),
-        stdout=log.open("w"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # a signal to it reaches the driver alone
-    )
+    # In its own session: a signal to it reaches the driver alone.
+    process = start_in_session(command, tmp_path, stdout=log.open("w"), stderr=subprocess.STDOUT)
     return process, log
 
 
@@ -104,26 +98,6 @@ def sigterm_twice(process: subprocess.Popen, log: Path) -> None:
     while "after the last training step" not in log.read_text():
         assert time.monotonic() < deadline, log.read_text()[-3000:]
         time.sleep(0.1)
-
-
-def sync(tmp_path: Path, run_dir: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(BIN / "tntrun"), "sync", str(run_dir), *args],
-        cwd=tmp_path,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
-def assert_delivered_whole(uri: str, run_dir: Path) -> None:
-    """The store holds the run FINISHED with every metric point and sample once, and its
-    model."""
-    from mlflow.tracking import MlflowClient
-
-    run, _ = assert_record_whole(MlflowClient(uri), run_dir, 40)
-    assert len(run.outputs.model_outputs) == 1  # the final model, logged once
 
 
 def chattr(flag: str, *paths: Path) -> None:
@@ -158,13 +132,12 @@ def run_to_the_end(tmp_path: Path, store: Path, uri: str) -> tuple[int, Path, Pa
         release_end.touch()
         return process.wait(timeout=END_S), run_dir, log
     finally:
-        if process.poll() is None:
-            process.kill()
+        stop_session(process)
 
 
 def assert_still_pending(result: subprocess.CompletedProcess, uri: str, run_dir: Path) -> None:
     output = result.stdout + result.stderr
-    assert result.returncode == EXIT_TRACKING_PENDING, output[-3000:]
+    assert_exit(result, EXIT_TRACKING_PENDING)
     assert "Traceback" not in output
     assert result.stdout.splitlines()[-1] == sync_line(uri, run_dir)
     assert Pending.load(run_dir) is not None
@@ -192,7 +165,7 @@ def test_a_store_that_fails_mid_run_and_sigterms_after_the_last_step_lose_nothin
         copy = tmp_path / "copy"  # replayed below into a store that never had the run
         shutil.copytree(run_dir, copy)
 
-        assert_still_pending(sync(tmp_path, run_dir), uri, run_dir)  # still unwritable
+        assert_still_pending(tntrun_sync(tmp_path, run_dir), uri, run_dir)  # still unwritable
     finally:
         chattr("-i", database, store)  # else pytest could not delete tmp_path
     print(f"the driver said: {failed}")
@@ -201,9 +174,9 @@ def test_a_store_that_fails_mid_run_and_sigterms_after_the_last_step_lose_nothin
         (uri, run_dir, ()),  # the store repaired: its RUNNING run is completed
         (fresh, copy, ("--tracking-uri", fresh)),  # a store without the run: made anew
     ):
-        synced = sync(tmp_path, replayed, *args)
-        assert synced.returncode == 0, synced.stdout + synced.stderr
+        synced = tntrun_sync(tmp_path, replayed, *args)
+        assert_succeeded(synced)
         assert "Traceback" not in synced.stdout + synced.stderr
         assert "the outputs and status FINISHED delivered" in synced.stdout
         assert not (replayed / run_files.TRACKING_PENDING).exists()
-        assert_delivered_whole(target, replayed)
+        assert_delivered_whole(target, replayed, 40)

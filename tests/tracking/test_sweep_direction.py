@@ -7,6 +7,7 @@ import pytest
 from hydra_plugins.hydra_optuna_sweeper.config import Direction
 from omegaconf import OmegaConf
 
+from tests.helpers.asserts import assert_exit
 from tests.helpers.commands import tntrun_cli
 from tntrun.tracking.logged_model import lower_is_better
 from tntrun.tracking.sweep import direction_note, sweeper_direction
@@ -55,7 +56,7 @@ def test_a_dry_run_of_an_optimising_sweep_is_refused_in_one_line(tmp_path):
     """Optuna needs each job's objective, which a dry run does not compute (it failed on the
     first job's NaN with a traceback): one line naming the fix, exit 2, nothing tracked."""
     result = tntrun_cli(tmp_path, "-m", "hydra/sweeper=optuna", "dry_run=true", fresh_store=True)
-    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    assert_exit(result, 2)
     assert result.stderr.strip() == (
         "tntrun: config error: dry_run=true: hydra.sweeper.direction=minimize needs each job's "
         "tracking.objective, which a dry run does not compute: plan a job without -m "

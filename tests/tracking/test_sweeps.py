@@ -9,6 +9,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
+from tests.helpers.asserts import assert_exit, assert_succeeded
 from tests.helpers.commands import clean_env, concurrent_drivers, tntrun_cli
 from tests.helpers.components import require_module
 from tests.helpers.paths import BIN
@@ -21,7 +22,7 @@ def test_sweep_makes_a_parent_run_with_children_and_a_scaling_report(tmp_path):
     result = tntrun_cli(
         tmp_path, "-m", "ranks_per_node=1,2", "train.epochs=2", "tracking.system_metrics=false"
     )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert_succeeded(result)
     client = MlflowClient(store_uri(tmp_path))
     experiment = client.get_experiment_by_name("tntrun")
     runs = client.search_runs([experiment.experiment_id])
@@ -58,7 +59,7 @@ def test_sweep_makes_a_parent_run_with_children_and_a_scaling_report(tmp_path):
         env=clean_env(),
         cwd=tmp_path,
     )
-    assert again.returncode == 0, again.stderr
+    assert_succeeded(again)
     assert "| world_size |" in again.stdout and "scaling_efficiency" in again.stdout
     assert (tmp_path / "again" / "report.md").exists()
 
@@ -72,7 +73,7 @@ def test_a_sweep_over_seeds_reports_their_mean_and_spread(tmp_path):
         "train.epochs=1",
         "tracking.system_metrics=false",
     )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert_succeeded(result)
     client = MlflowClient(store_uri(tmp_path))
     runs = client.search_runs([client.get_experiment_by_name("tntrun").experiment_id])
     (parent,) = [r for r in runs if r.data.tags.get("tntrun.tracking.sweep") == "parent"]
@@ -128,7 +129,7 @@ def test_optuna_sweeper_optimises_the_returned_objective(tmp_path):
         "tracking.system_metrics=false",
         "checkpoint.every_epochs=0",
     )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert_succeeded(result)
     (results,) = (tmp_path / "outputs" / "multirun").glob("*/*/optimization_results.yaml")
     best = yaml.safe_load(results.read_text())["best_value"]
     _, children = sweep_runs(tmp_path)
@@ -151,7 +152,7 @@ def test_parallel_submitit_local_launcher_nests_its_jobs_and_a_failed_one_fails_
         "tracking.system_metrics=false",
         "checkpoint.every_epochs=0",
     )
-    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    assert_exit(result, 1)
     assert "tntrun: 1 sweep job(s) did not finish" in result.stderr
     parent, children = sweep_runs(tmp_path)
     assert parent.info.status == "FAILED"

@@ -19,10 +19,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.commands import clean_env, free_port, tntrun_command
+from tests.helpers.asserts import assert_succeeded
+from tests.helpers.commands import (
+    clean_env,
+    free_port,
+    start_in_session,
+    tntrun_command,
+    tntrun_sync,
+)
 from tests.helpers.pace import PACE
-from tests.helpers.paths import BIN
 from tests.helpers.records import (
+    assert_delivered_whole,
     assert_each_sample_once,
     assert_record_whole,
     expected_counts,
@@ -129,13 +136,8 @@ class MlflowServer:
         }
         command = server_command(f"sqlite:///{self.folder / 'mlflow.db'}", port=self.port)
         log = (self.folder / "server.log").open("a")
-        self.process = subprocess.Popen(
-            command,
-            cwd=self.folder,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+        self.process = start_in_session(
+            command, self.folder, env, stdout=log, stderr=subprocess.STDOUT
         )
         while time.monotonic() - begin < seconds:
             assert self.process.poll() is None, (self.folder / "server.log").read_text()[-2000:]
@@ -171,9 +173,7 @@ def start_run(tmp_path: Path, server: MlflowServer, *args: str) -> tuple[subproc
         "ranks_per_node=1",
         *args,
     )
-    process = subprocess.Popen(
-        command, cwd=tmp_path, env=clean_env(), stdout=log, stderr=subprocess.STDOUT, text=True
-    )
+    process = start_in_session(command, tmp_path, stdout=log, stderr=subprocess.STDOUT, text=True)
     return process, tmp_path / "tntrun.log"
 
 
@@ -281,44 +281,29 @@ def test_a_server_that_stays_away_leaves_the_run_to_tntrun_sync(tmp_path, mlflow
     with pytest.raises(LookupError) as missing:  # a run not in a store that answers ...
         MlflowTracker.at(mlflow_server.url, tmp_path).attach("0" * 32)
     assert not is_outage(missing.value, mlflow_server.url)  # ... is not an outage
-    sync = [str(BIN / "tntrun"), "sync", str(run_dir)]
     begin = time.monotonic()
-    result = subprocess.run(
-        sync, cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=120
-    )
+    result = tntrun_sync(tmp_path, run_dir)
     sync_s = time.monotonic() - begin
     print(
         f"tntrun {run_s:.1f} s (exit 3), server back after {restart_s:.1f} s, sync {sync_s:.1f} s:"
     )
     print(result.stdout.strip())
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert_succeeded(result)
     assert "metric lines, the outputs and status FINISHED delivered" in result.stdout
-    run = client.get_run(run_id)
-    assert run.info.status == "FINISHED"
+    # FINISHED, every point and sample (what the driver could not) once, the model once.
+    assert_delivered_whole(mlflow_server.url, run_dir, 0)
     expected = expected_counts(run_dir)
-    assert recorded_counts(client, run_id, expected) == expected
-    assert "model.keras" in {a.path for a in client.list_artifacts(run_id)}
-    assert len(run.outputs.model_outputs) == 1  # the sync logged the run's model too
-    assert_each_sample_once(client, run_id, host_samples(run_dir))  # what the driver could not
     assert not (run_dir / run_files.TRACKING_PENDING).exists()
-    again = subprocess.run(
-        sync, cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=120
-    )
-    assert again.returncode == 0 and "nothing to replay" in again.stdout
+    again = tntrun_sync(tmp_path, run_dir)
+    assert_succeeded(again)
+    assert "nothing to replay" in again.stdout
     assert recorded_counts(client, run_id, expected) == expected  # idempotent
     assert_each_sample_once(client, run_id, host_samples(run_dir))
 
     # A store that never had the run: sync creates it with its params and every metric.
     other = f"sqlite:///{tmp_path / 'other.db'}"
-    result = subprocess.run(
-        [*sync[:2], str(copy), "--tracking-uri", other],
-        cwd=tmp_path,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    result = tntrun_sync(tmp_path, copy, "--tracking-uri", other)
+    assert_succeeded(result)
     other_client = MlflowClient(other)
     new_id = (copy / run_files.RUN_ID).read_text()
     assert new_id != run_id

@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.helpers.commands import clean_env, free_port, tntrun_cli
+from tests.helpers.asserts import assert_succeeded
+from tests.helpers.commands import free_port, start_in_session, tntrun_cli
 from tests.helpers.components import require_module, require_path
 from tests.helpers.netns import NetnsHosts
 from tests.helpers.paths import BIN, ROOT
@@ -42,14 +43,12 @@ CHART_CARD = "experiment-view-compare-runs-card"  # a chart, in the chart view a
 def start_ui(work: Path) -> tuple[subprocess.Popen, str]:
     """``tntrun ui`` over ``work``'s store on a free port, in a session of its own; its URL."""
     port = free_port()
-    server = subprocess.Popen(
+    server = start_in_session(
         [str(BIN / "tntrun"), "ui", "--tracking-uri", store_uri(work), "--port", str(port)],
-        env=clean_env(),
-        cwd=work,
+        work,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        start_new_session=True,
     )
     return server, f"http://127.0.0.1:{port}"
 
@@ -222,7 +221,7 @@ def test_the_ui_shows_the_run_its_model_its_registered_version_and_each_host(net
         f"tracking.register_model={REGISTERED}",
         f"tracking.register_alias={ALIAS}",
     )
-    assert result.returncode == 0, result.stdout[-3000:]
+    assert_succeeded(result)
     lap("run")
     run_id = (run_dir_of(result) / "run_id").read_text()
     client = MlflowClient(store_uri(tmp_path))

@@ -23,6 +23,7 @@ import json
 import pytest
 from mlflow.tracking import MlflowClient
 
+from tests.helpers.asserts import assert_succeeded
 from tests.helpers.components import missing
 from tests.helpers.runs import run_dir_of, store_uri
 
@@ -95,7 +96,7 @@ def test_a_keras_hub_backbone_trains_on_two_ranks(run_tntrun, tmp_path):
         )
     (tmp_path / "hub_models.py").write_text(HUB_MODELS)
     result = run_tntrun(*OVERRIDES)
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]
+    assert_succeeded(result)
     assert "2 ranks on localhost:2" in result.stdout, result.stdout[-2000:]
 
     records = [json.loads(p.read_text()) for p in tmp_path.glob("built-*.json")]

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.helpers.asserts import assert_succeeded
 from tests.helpers.components import require_module
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -273,7 +274,7 @@ def test_info_does_not_import_tensorflow(wmt_dir):
         sys.exit(f"imported {{bad}}" if bad else 0)
     """)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr + result.stdout
+    assert_succeeded(result)
     print(json.loads(result.stdout.strip().splitlines()[-1])["seconds"])  # speed: a bench's
 
 

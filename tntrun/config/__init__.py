@@ -1,0 +1,1 @@
+"""The config: its typed schema, composition without the CLI, every value checked before launch."""

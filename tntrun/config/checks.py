@@ -15,6 +15,8 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from tntrun.config.moved_keys import moved_key_problems
+
 NOT_CHOICES = ("hydra", "schema")  # groups Hydra or the schema own
 # Hydra's flags that take the next argument as their value.
 VALUE_FLAGS = (
@@ -94,17 +96,18 @@ def group_options(group: str, roots: Sequence[Any]) -> list[str]:
 
 
 def choice_problems(overrides: Sequence[str], config_dirs: Iterable[str] = ()) -> list[str]:
-    """One line per group choice that names no config, listing the group's options."""
+    """One line per key that moved to another section, naming its new place, and per group
+    choice that names no config, listing the group's options."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
+    problems = moved_key_problems(overrides)
     try:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
     except HydraException:
-        return []  # Hydra reports a malformed override with its own message
+        return problems  # Hydra reports a malformed override with its own message
     roots = _roots(config_dirs, parsed)
     groups = _groups(roots)
-    problems = []
     for override in parsed:
         group = override.key_or_group
         if group not in groups or override.package or override.is_delete():

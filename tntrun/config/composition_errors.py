@@ -20,6 +20,8 @@ from typing import Any
 from omegaconf import MISSING
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
 
+from tntrun.config.moved_keys import moved_to
+
 KINDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
 
 
@@ -106,7 +108,9 @@ def _unknown_key(cause: ConfigKeyError, given: str) -> str:
     known = sorted(k for k in _fields(cause.object_type) if not k.startswith("_"))
     where = section or "the config"
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
-    if close:
+    if moved_to(str(cause.full_key)):
+        hint = f"{cause.full_key} moved to {moved_to(str(cause.full_key))}"
+    elif close:
         hint = f"did you mean {', '.join(f'{section}.{c}' if section else c for c in close)}?"
     elif known:
         hint = f"its keys: {', '.join(known)}"

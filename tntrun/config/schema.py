@@ -280,20 +280,15 @@ TRACKING_KEYS = frozenset(f.name for f in fields(TrackingConfig))
 
 @dataclass
 class TrainConfig:
+    """The training loop: how long, on which batches, with which loss and numerics, and what
+    it shows while it runs."""
+
     epochs: int = 20
-    epochs_between_evals: int = 1
     # Drop the samples past the last full global batch, or pad it with zero-weight samples;
     # either way every rank runs the same number of steps.
     drop_remainder: bool = True
-    # Compare a weight checksum across ranks after the first step and every N epochs.
-    check_sync_every_epochs: int = 1
     # Label smoothing of the translation loss (Vaswani et al.: 0.1).
     label_smoothing: float = 0.0
-    # Translation: BLEU on this many validation sentences (0: all) with this beam (1: greedy).
-    bleu_max_sentences: int = 1000
-    bleu_beam_size: int = 1
-    # End the job when no rank made progress for this long (s); 0 disables the watchdog.
-    stall_timeout_s: float = 600.0
     # A progress line inside each epoch every this many seconds (rank 0: step, samples/s,
     # loss, time left of the epoch and the run), in batch jobs and terminals; 0: none.
     progress_interval_s: float = 30.0
@@ -301,20 +296,6 @@ class TrainConfig:
     tensorboard: bool = False
     # Profile these training batches into TensorBoard, e.g. "5,8" (needs tensorboard=true).
     profile_batches: str | None = None
-    # When the rank-averaged loss turns NaN or infinite: fail the run, or roll back to the
-    # last good checkpoint with the LR scaled by rollback_lr_factor (up to max_rollbacks).
-    on_nonfinite: OnNonFinite = OnNonFinite.fail
-    rollback_lr_factor: float = 0.5
-    max_rollbacks: int = 3
-    # After a rank failure (an exception, a dead or stalled rank), restart the ranks from the
-    # run's newest checkpoint, in the same tracked run, up to this many times; then FAILED.
-    max_restarts: int = 0
-    # Preemption: on these signals (Slurm's SIGTERM; `sbatch --signal=B:USR1@60` before a time
-    # limit) the ranks stop together at one step, checkpoint there and exit; the run ends
-    # KILLED, tagged `preempted`, and continues with resume=auto or a requeued Slurm job.
-    preempt_signals: list[str] = field(default_factory=lambda: ["SIGTERM", "SIGUSR1"])
-    # How long the driver waits for that checkpoint before it stops the ranks (s).
-    preempt_grace_s: float = 60.0
     # Keras dtype policy: float32, or mixed_bfloat16 / mixed_float16 (16-bit compute,
     # float32 weights and outputs; mixed_float16 adds dynamic loss scaling).
     precision: Precision = Precision.float32
@@ -330,6 +311,42 @@ class TrainConfig:
     # ranks (the global batch) in training, one allreduce per layer and step; off: each
     # rank's micro-batch (its moving statistics are averaged at each epoch's end either way).
     sync_batch_norm: bool = False
+
+
+@dataclass
+class EvalConfig:
+    """Validation: how often it runs, and the translation task's BLEU."""
+
+    # Validate (and log val_* metrics) every N epochs; the last epoch always validates.
+    every_epochs: int = 1
+    # Translation: BLEU on this many validation sentences (0: all) with this beam (1: greedy).
+    bleu_max_sentences: int = 1000
+    bleu_beam_size: int = 1
+
+
+@dataclass
+class FaultsConfig:
+    """What the run watches for and how it survives it: ranks drifting apart, stalls,
+    non-finite losses, failed ranks, preemption."""
+
+    # Compare a weight checksum across ranks after the first step and every N epochs.
+    check_sync_every_epochs: int = 1
+    # End the job when no rank made progress for this long (s); 0 disables the watchdog.
+    stall_timeout_s: float = 600.0
+    # When the rank-averaged loss turns NaN or infinite: fail the run, or roll back to the
+    # last good checkpoint with the LR scaled by rollback_lr_factor (up to max_rollbacks).
+    on_nonfinite: OnNonFinite = OnNonFinite.fail
+    rollback_lr_factor: float = 0.5
+    max_rollbacks: int = 3
+    # After a rank failure (an exception, a dead or stalled rank), restart the ranks from the
+    # run's newest checkpoint, in the same tracked run, up to this many times; then FAILED.
+    max_restarts: int = 0
+    # Preemption: on these signals (Slurm's SIGTERM; `sbatch --signal=B:USR1@60` before a time
+    # limit) the ranks stop together at one step, checkpoint there and exit; the run ends
+    # KILLED, tagged `preempted`, and continues with resume=auto or a requeued Slurm job.
+    preempt_signals: list[str] = field(default_factory=lambda: ["SIGTERM", "SIGUSR1"])
+    # How long the driver waits for that checkpoint before it stops the ranks (s).
+    preempt_grace_s: float = 60.0
 
 
 @dataclass
@@ -384,6 +401,8 @@ class TntrunConfig:
     horovod: HorovodConfig = field(default_factory=HorovodConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    faults: FaultsConfig = field(default_factory=FaultsConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     elastic: ElasticConfig = field(default_factory=ElasticConfig)
     # Extra Keras callbacks: name -> {_target_: ..., ranks: master_only|all_ranks, ...}.

@@ -36,6 +36,8 @@ CHUNK = 1 << 20
 # Keys that may change between an interrupted run and its resumption.
 VOLATILE_KEYS = (
     "train",
+    "eval",  # eval and faults were train's keys: volatile as train is, so a hash stays
+    "faults",
     "dry_run",
     "output_root",
     "tracking",

@@ -35,7 +35,7 @@ NONFINITE = "nonfinite.jsonl"  # rank 0: one line per non-finite loss (failure o
 PRECISION = "precision.json"  # rank 0, at train begin: the dtypes its built model computes in
 # rank 0: a callback (EarlyStopping, ...) stopped training at an epoch's end, agreed by all ranks
 STOPPED_EARLY = "stopped_early.json"
-# Preemption: the driver asks the ranks to stop (it got SIGTERM or train.preempt_signals);
+# Preemption: the driver asks the ranks to stop (it got SIGTERM or faults.preempt_signals);
 # rank 0 records where they stopped together and the checkpoint written there.
 STOP_REQUEST = "stop.request"
 PREEMPTED = "preempted.json"

@@ -1,6 +1,6 @@
 """A rank's requests to stop (preemption), noted from before TensorFlow's import on.
 
-Signals (Slurm's SIGTERM to every task, ``train.preempt_signals``) and the
+Signals (Slurm's SIGTERM to every task, ``faults.preempt_signals``) and the
 driver's ``stop.request`` file (it got the signal) set one event; the trainer's
 :class:`tntrun.engine.preemption.PreemptionGuard` turns it into a collective
 stop. No TensorFlow here: the worker installs this first thing.

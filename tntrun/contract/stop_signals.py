@@ -1,4 +1,4 @@
-"""Signal names in the config (``train.preempt_signals``), checked and resolved."""
+"""Signal names in the config (``faults.preempt_signals``), checked and resolved."""
 
 from __future__ import annotations
 

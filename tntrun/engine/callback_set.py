@@ -90,7 +90,7 @@ def build_callbacks(
     # Rank 0's metrics go to the driver, which logs them to MLflow (no rank imports MLflow).
     metrics_log = MetricsWriter(run_dir) if data.rank == 0 else None
     throughput = Throughput(plan.global_batch_size)
-    sync_guard = WeightSyncGuard(plan.settings.train.check_sync_every_epochs)
+    sync_guard = WeightSyncGuard(plan.settings.faults.check_sync_every_epochs)
     requests = requests or StopRequests([], run_dir)
     trained = run_dir / TRAINED if data.rank == 0 else None
     preemption = PreemptionGuard(requests, agreement, plan.steps_per_epoch, plan.epochs, trained)
@@ -120,11 +120,11 @@ def metric_callbacks(
 ) -> list[keras.callbacks.Callback]:
     """Every rank's metrics: the LR, the exact training metrics, the sharded validation and
     (``tracking.log_every_steps``) the step metrics, logged by rank 0."""
-    train, every = plan.settings.train, plan.settings.tracking.log_every_steps
+    every = plan.settings.tracking.log_every_steps
     chosen: list[keras.callbacks.Callback] = [
         LearningRateLogger(),
         AverageTrainMetrics(plan.steps_per_epoch * plan.micro_batch_size),
-        ShardedValidation(data.val, data.val_samples, train.epochs_between_evals),
+        ShardedValidation(data.val, data.val_samples, plan.settings.eval.every_epochs),
     ]
     if every > 0:
         log = metrics_log.log if metrics_log else None
@@ -218,13 +218,13 @@ def bleu_evaluation(plan: Plan, run_dir: Path, data: RankData) -> BleuEvaluation
     """A translation dataset's BLEU on its validation text (None for other tasks)."""
     if data.info.task != "translation" or not hasattr(data.dataset, "val_text"):
         return None
-    train = plan.settings.train
+    evaluation = plan.settings.eval
     return BleuEvaluation(
         data.dataset,
         run_dir,
-        train.epochs_between_evals,
-        train.bleu_max_sentences,
-        train.bleu_beam_size,
+        evaluation.every_epochs,
+        evaluation.bleu_max_sentences,
+        evaluation.bleu_beam_size,
         data.info.input_shape[0],
     )
 

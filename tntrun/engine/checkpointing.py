@@ -72,7 +72,7 @@ class Checkpointer(keras.callbacks.Callback):
                     f"checkpoint.monitor={self.monitor}: no such metric; this run logs "
                     f"{', '.join(sorted(logs))}"
                 )
-            return  # not evaluated this epoch (train.epochs_between_evals)
+            return  # not evaluated this epoch (eval.every_epochs)
         value = float(logs[self.monitor])
         if not np.isfinite(value) or (self.best is not None and not self.better(value, self.best)):
             return

@@ -32,7 +32,7 @@ class InjectFault(keras.callbacks.Callback):
     """At training step ``at_step`` on rank ``rank``: raise, exit(3), SIGKILL itself, sleep,
     (``nan_loss``, once) set a weight to NaN, so that step's loss on that rank is NaN, or
     (``preempt``) SIGTERM itself as Slurm preempts a task: the handler runs before ``os.kill``
-    returns, so with SIGTERM in ``train.preempt_signals`` the ranks stop together after
+    returns, so with SIGTERM in ``faults.preempt_signals`` the ranks stop together after
     step ``at_step + 2`` and checkpoint it."""
 
     def __init__(

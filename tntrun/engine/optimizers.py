@@ -3,14 +3,10 @@ tntrun name (the schema's ``OPTIMIZER_SCHEMAS``), or the user's own class by ``_
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import keras
 from hydra.utils import get_class
 
-# Keys that plan the learning rate (or name the optimizer) rather than being its arguments.
-PLAN_KEYS = ("name", "_target_", "base_lr", "base_batch_size")
+from tntrun.config.settings import OptimizerSettings
 
 KERAS_OPTIMIZERS: dict[str, type[keras.optimizers.Optimizer]] = {
     "adam": keras.optimizers.Adam,
@@ -28,18 +24,17 @@ KERAS_OPTIMIZERS: dict[str, type[keras.optimizers.Optimizer]] = {
 }
 
 
-def optimizer_class(section: Mapping[str, Any]) -> type:
+def optimizer_class(optimizer: OptimizerSettings) -> type:
     """The class the section names: ``_target_`` (the user's), else tntrun's ``name``."""
-    if section.get("_target_"):
-        return get_class(section["_target_"])
-    name = section["name"]
+    if optimizer.target:
+        return get_class(optimizer.target)
+    name = optimizer.name
     if name not in KERAS_OPTIMIZERS:
         raise ValueError(f"optimizer.name={name!r}: choose one of {', '.join(KERAS_OPTIMIZERS)}")
     return KERAS_OPTIMIZERS[name]
 
 
-def build_optimizer(section: Mapping[str, Any], learning_rate) -> keras.optimizers.Optimizer:
-    """The optimizer the ``optimizer`` section names, with the plan's learning rate (or
-    schedule); its other keys are the optimizer's own arguments."""
-    kwargs = {k: v for k, v in section.items() if k not in PLAN_KEYS}
-    return optimizer_class(section)(learning_rate=learning_rate, **kwargs)
+def build_optimizer(optimizer: OptimizerSettings, learning_rate) -> keras.optimizers.Optimizer:
+    """The optimizer the settings name, with the plan's learning rate (or schedule) and its
+    own arguments."""
+    return optimizer_class(optimizer)(learning_rate=learning_rate, **optimizer.arguments)

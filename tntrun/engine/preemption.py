@@ -1,7 +1,7 @@
 """Preemption on the ranks: stop together at one step, checkpoint there, exit cleanly.
 
 A request to stop reaches a rank as a signal (Slurm's SIGTERM to every task, or
-``train.preempt_signals``) or as the driver's ``stop.request`` file (the driver
+``faults.preempt_signals``) or as the driver's ``stop.request`` file (the driver
 got the signal: ``sbatch --signal=B:USR1@60`` signals the batch step only, a
 ``kill`` reaches only the driver). The rank notes it; the next training step
 carries it in the gradients' allreduce (:mod:`tntrun.engine.data_parallel`),

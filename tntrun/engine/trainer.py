@@ -95,9 +95,9 @@ class RankTraining:
 
     def fit_with_rollbacks(self) -> Any:
         """``model.fit`` from the plan's epoch and batch; after a non-finite loss, fail
-        (train.on_nonfinite=fail) or roll back to the last good state with a lower LR, up
-        to train.max_rollbacks times."""
-        rollback = self.plan.settings.train.on_nonfinite is OnNonFinite.rollback
+        (faults.on_nonfinite=fail) or roll back to the last good state with a lower LR, up
+        to faults.max_rollbacks times."""
+        rollback = self.plan.settings.faults.on_nonfinite is OnNonFinite.rollback
         # The state before step 1: where a rollback returns when no checkpoint exists yet.
         snapshot = Snapshot(self.net.model, self.net.optimizer) if rollback else None
         epoch, batch, train_ds = self.plan.initial_epoch, self.plan.initial_batch, self.data.train
@@ -113,25 +113,25 @@ class RankTraining:
 
     def may_roll_back(self, event: NonFiniteLoss, rollback: bool) -> bool:
         """Bad data are not rolled back: the same batch would come again."""
-        limit = self.plan.settings.train.max_rollbacks
+        limit = self.plan.settings.faults.max_rollbacks
         return not event.data and rollback and self.rollbacks < limit
 
     def roll_back(self, event: NonFiniteLoss, snapshot: Snapshot | None) -> tuple[int, int]:
         """Every rank: the last good state, its LR lowered; (epoch, batch) to go on from."""
         self.rollbacks += 1
-        model, optimizer, train = self.net.model, self.net.optimizer, self.plan.settings.train
+        model, optimizer, faults = self.net.model, self.net.optimizer, self.plan.settings.faults
         epoch, batch, restored = nonfinite.roll_back(
             model, optimizer, self.plan, self.run_dir, snapshot
         )
         _, schedule = learning_rate_of(optimizer)  # the PlannedSchedule
-        schedule.scale.assign(schedule.scale * train.rollback_lr_factor)
+        schedule.scale.assign(schedule.scale * faults.rollback_lr_factor)
         lr_scale = float(schedule.scale.numpy())
         details = {"rollback": self.rollbacks, "restored": restored, "lr_scale": lr_scale}
         self.record_nonfinite(event, "rollback", **details)
         if self.metrics_log is not None:
             self.metrics_log.log({"rollbacks": self.rollbacks}, step=event.step)
             print(
-                f"{event}: rollback {self.rollbacks}/{train.max_rollbacks} to {restored} "
+                f"{event}: rollback {self.rollbacks}/{faults.max_rollbacks} to {restored} "
                 f"(epoch {epoch}), LR x{lr_scale:g}",
                 flush=True,
             )

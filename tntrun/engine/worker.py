@@ -68,7 +68,7 @@ def main(argv: list[str]) -> int:
 
     plan = Plan.load(run_dir / run_files.PLAN)  # all this rank is asked to do
     # Preemption requests (signals, the driver's file) are noted from before TF's import on.
-    requests = StopRequests(plan.settings.train.preempt_signals, run_dir)
+    requests = StopRequests(plan.settings.faults.preempt_signals, run_dir)
 
     from tntrun.config.user_code import add_user_path
     from tntrun.environments import environment_named
@@ -136,7 +136,7 @@ def train_or_exit_code(
     try:
         return train(plan, run_dir, requests)
     except NonFiniteLoss as stopped:  # every rank stops here at the same step
-        policy = f" (train.on_nonfinite={plan.settings.train.on_nonfinite.value})"
+        policy = f" (faults.on_nonfinite={plan.settings.faults.on_nonfinite.value})"
         print(f"rank {rank}: stopped: {stopped}{'' if stopped.data else policy}", flush=True)
         return EXIT_NONFINITE
     except USER_ERRORS as refused:  # the same on every rank, before any step (or at the first)

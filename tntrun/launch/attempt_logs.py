@@ -1,4 +1,4 @@
-"""A failed attempt's logs, archived before the ranks restart (``train.max_restarts``).
+"""A failed attempt's logs, archived before the ranks restart (``faults.max_restarts``).
 
 The driver restarts the ranks from the run's newest checkpoint in the same run
 directory and tracked run; each failed attempt's logs move to

@@ -1,15 +1,15 @@
 """Preemption on the driver: a stop signal becomes a checkpoint, not a lost run.
 
-On a signal of ``train.preempt_signals`` (Slurm's SIGTERM when it preempts,
+On a signal of ``faults.preempt_signals`` (Slurm's SIGTERM when it preempts,
 requeues or cancels a job; ``sbatch --signal=B:USR1@60`` before a time limit)
 the driver writes ``stop.request`` into the run directory: the ranks stop
 together at one step, rank 0 checkpoints it, and they exit. The driver keeps
-relaying until they are gone (at most ``train.preempt_grace_s``), then ends the
+relaying until they are gone (at most ``faults.preempt_grace_s``), then ends the
 run KILLED with the tag ``preempted``. A second signal, or one before any rank
 started, stops at once, as Ctrl-C does. A signal after the run's last training step
 (rank 0 wrote ``trained``) stops nothing: there is nothing left to checkpoint, so the
 ranks save the trained model and the run ends with the status it reached (at most
-``train.preempt_grace_s`` later, else the ranks are stopped); while the driver writes
+``faults.preempt_grace_s`` later, else the ranks are stopped); while the driver writes
 the run's record (:func:`record_first`) a signal waits for that too. After a time-limit signal
 (any but SIGTERM) the driver asks the cluster environment to requeue the job
 (Slurm's ``scontrol requeue``, as submitit does: :mod:`tntrun.environments`);
@@ -80,7 +80,7 @@ class StopOnSignals:
         self.request_file.write_text(sig.name)
         log.warning(
             f"tntrun: {sig.name}: the ranks stop at the next step they agree on, checkpoint "
-            f"it and exit (up to {self.grace_s:g} s, train.preempt_grace_s; signal again to "
+            f"it and exit (up to {self.grace_s:g} s, faults.preempt_grace_s; signal again to "
             "stop at once)"
         )
         self._start_deadline()
@@ -92,7 +92,7 @@ class StopOnSignals:
             log.warning(
                 f"tntrun: {sig.name} after the last training step: the ranks save the trained "
                 f"model and the run ends as it stands (up to {self.grace_s:g} s, "
-                "train.preempt_grace_s)"
+                "faults.preempt_grace_s)"
             )
             if self._deadline is None:
                 self._start_deadline()
@@ -106,7 +106,7 @@ class StopOnSignals:
     def _too_late(self) -> None:
         log.warning(
             f"tntrun: the ranks did not stop within {self.grace_s:g} s "
-            "(train.preempt_grace_s); stopping them"
+            "(faults.preempt_grace_s); stopping them"
         )
         self.stop_ranks()
 

@@ -2,7 +2,7 @@
 
 The :class:`Supervisor` starts the ranks through the plan's launcher, follows
 them to their end, restarts them from the newest checkpoint after a failure
-(``train.max_restarts``), keeps the driver's heartbeat beating for them and turns
+(``faults.max_restarts``), keeps the driver's heartbeat beating for them and turns
 a stop signal into a checkpoint (:mod:`tntrun.launch.preemption`). It returns an
 :class:`Outcome`. What happens beside the ranks (the tracked run) hears of them
 through :class:`RankEvents`; the supervisor knows nothing of tracking.
@@ -102,14 +102,14 @@ class Supervisor:
         self.replan = replan  # the plan to continue from a checkpoint with (raises PlanError)
         self.launcher = launcher_for(plan.launcher)
         self.job: RankJob | None = None
-        self.restarts = 0  # of the ranks after a failure in this launch (train.max_restarts)
+        self.restarts = 0  # of the ranks after a failure in this launch (faults.max_restarts)
         self.elastic = ElasticHosts(plan, self.ask_ranks_to_stop) if plan.elastic_nodes else None
         self.too_few_hosts = False  # an elastic run below min_nodes for too long
-        train = plan.settings.train
+        faults = plan.settings.faults
         self.stopping = StopOnSignals(
             run_dir,
-            train.preempt_signals,
-            train.preempt_grace_s,
+            faults.preempt_signals,
+            faults.preempt_grace_s,
             ranks_running=lambda: self.job is not None,
             stop_ranks=self.stop_ranks,
         )
@@ -192,14 +192,14 @@ class Supervisor:
             StallWatch(
                 self.run_dir / run_files.HEARTBEATS,
                 self.plan.world_size,
-                self.plan.settings.train.stall_timeout_s,
+                self.plan.settings.faults.stall_timeout_s,
             ),
         )
 
     def restart_if_due(self, outcome: LaunchResult, events: RankEvents) -> bool:
         """After an attempt, restart the ranks where it is due (whether they restarted): an
         elastic run goes on with the hosts it has now; after a failed attempt, re-plan from
-        the newest checkpoint (train.max_restarts)."""
+        the newest checkpoint (faults.max_restarts)."""
         if self.signalled():
             return False
         if self.elastic is not None and self.elastic.growing and self.preempted():
@@ -208,7 +208,7 @@ class Supervisor:
         hosts = self.hosts_after_failure(outcome)
         if hosts is not None:
             return self.restart(outcome, events, hosts)
-        limit = self.plan.settings.train.max_restarts
+        limit = self.plan.settings.faults.max_restarts
         if outcome.status != RunStatus.FAILED or self.restarts >= limit or self.too_few_hosts:
             return False
         if outcome.disk:  # a restart would meet the same full disk
@@ -252,8 +252,8 @@ class Supervisor:
         why = archive_attempt(self.run_dir, number, outcome.stalled)
         if hosts is None:
             self.restarts += 1
-            limit = self.plan.settings.train.max_restarts
-            said = f"{why}; restart {self.restarts} of {limit} (train.max_restarts)"
+            limit = self.plan.settings.faults.max_restarts
+            said = f"{why}; restart {self.restarts} of {limit} (faults.max_restarts)"
         else:
             why = said = resize_reason(self.plan, plan)
         self.plan = plan

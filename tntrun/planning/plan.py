@@ -169,11 +169,11 @@ class Plan:
 
     @property
     def base_lr(self) -> float:
-        return self.settings.optimizer["base_lr"]
+        return self.settings.optimizer.base_lr
 
     @property
     def base_batch_size(self) -> int:
-        return self.settings.optimizer["base_batch_size"]
+        return self.settings.optimizer.base_batch_size
 
     @property
     def lr_scaling(self) -> str:
@@ -222,11 +222,11 @@ class Plan:
                 "pin_to_socket=true on nodes of one socket: every rank is bound to socket 0, "
                 "which is all of the node (sockets_per_node=1 here)"
             )
-        adaptive = self.settings.optimizer.get("name") in ADAPTIVE_OPTIMIZERS
+        adaptive = self.settings.optimizer.name in ADAPTIVE_OPTIMIZERS
         scaled = self.effective_batch_size != self.base_batch_size
         if adaptive and scaled and self.lr_scaling == LrScaling.linear.value:
             notes.append(
-                f"optimizer={self.settings.optimizer['name']} with schedule.scaling=linear: the "
+                f"optimizer={self.settings.optimizer.name} with schedule.scaling=linear: the "
                 f"linear rule (base_lr x {self.effective_batch_size}/{self.base_batch_size}) was "
                 "shown for SGD [Goyal et al.]; for adaptive optimizers the square-root rule is "
                 "the usual one: schedule.scaling=sqrt"

@@ -197,9 +197,7 @@ def planned_steps(settings: Settings, data: DatasetInfo, layout: Layout) -> Step
         )
     opt, sched = settings.optimizer, settings.schedule
     effective = global_batch * passes
-    scaled = scale_learning_rate(
-        opt["base_lr"], effective, opt["base_batch_size"], sched.scaling.value
-    )
+    scaled = scale_learning_rate(opt.base_lr, effective, opt.base_batch_size, sched.scaling.value)
     schedule_epochs, length_key = schedule_length(sched, settings.train.epochs)
     schedule = schedule_params(
         sched,

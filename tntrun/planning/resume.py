@@ -12,7 +12,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from tntrun.config.schema import TntrunConfig
+from tntrun.config.settings import stored_config
 from tntrun.contract import run_files
 from tntrun.contract.checkpoint_integrity import newest_intact
 from tntrun.contract.checkpoints import CheckpointMeta, latest_checkpoint, read_meta
@@ -145,9 +145,7 @@ def load_resumed_run(
         raise PlanError(
             f"resume={reference}: {run_dir} was not made by tntrun (no {run_files.RUN_ID})"
         )
-    config = OmegaConf.merge(
-        OmegaConf.structured(TntrunConfig), OmegaConf.load(run_dir / run_files.CONFIG)
-    )
+    config = stored_config(run_dir / run_files.CONFIG)
     merge_overrides(config, overrides, groups, recorded_choices(run_dir))
     config.resume = reference
     config.resume_allow_layout_change = allow_layout_change
