@@ -56,28 +56,31 @@ def schedule_of(optimizer: Any) -> Any:
 
 
 def tracked_variables(optimizer: Any) -> list:
-    """The variables the optimizer was built on, in its slot order."""
+    """The variables the optimizer was built on, in its slot order
+    (keras/src/optimizers/base_optimizer.py, ``build``)."""
     return list(optimizer._trainable_variables)
 
 
 def variable_index(optimizer: Any, variable: Any) -> int:
-    """``variable``'s index in the optimizer's slot order."""
+    """``variable``'s index in the optimizer's slot order (base_optimizer.py)."""
     return optimizer._get_variable_index(variable)
 
 
 def overwrites_with_gradient(optimizer: Any, variable: Any) -> bool:
     """Whether the optimizer assigns ``variable`` its "gradient" (a float8 scale), which must
-    be neither scaled nor averaged as a gradient."""
+    be neither scaled nor averaged as a gradient (base_optimizer.py)."""
     return optimizer._overwrite_variable_with_gradient(variable)
 
 
 def count_step(optimizer: Any) -> None:
-    """One more ``iterations`` without an update (a micro-step, a skipped step)."""
+    """One more ``iterations`` without an update (a micro-step, a skipped step):
+    base_optimizer.py keeps the counter in ``_iterations``."""
     optimizer._iterations.assign_add(1)
 
 
 def tracing_into_xla() -> bool:
-    """Whether the function being traced is compiled by XLA (``jit_compile``)."""
+    """Whether the function being traced is compiled by XLA (``jit_compile``): TensorFlow's
+    private ``control_flow_util`` (checked on TF 2.21)."""
     return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
 
 
@@ -113,7 +116,8 @@ def replace_moments(layer: Any, moments: Callable[[Any, Any], tuple[Any, Any]]) 
 
 
 def reduction_axes(layer: Any) -> list[int]:
-    """The axes a built ``BatchNormalization`` reduces over (all but its feature axis)."""
+    """The axes a built ``BatchNormalization`` reduces over (all but its feature axis), set
+    in its ``build`` (batch_normalization.py)."""
     return list(layer._reduction_axes)
 
 
