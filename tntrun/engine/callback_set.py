@@ -90,8 +90,7 @@ def build_callbacks(
     # Rank 0's metrics go to the driver, which logs them to MLflow (no rank imports MLflow).
     metrics_log = MetricsWriter(run_dir) if data.rank == 0 else None
     throughput = Throughput(plan.global_batch_size)
-    faults, tracking = plan.settings.faults, plan.settings.tracking
-    sync_guard = WeightSyncGuard(faults.check_sync_every_epochs)
+    sync_guard = WeightSyncGuard(plan.settings.faults.check_sync_every_epochs)
     requests = requests or StopRequests([], run_dir)
     trained = run_dir / TRAINED if data.rank == 0 else None
     preemption = PreemptionGuard(requests, agreement, plan.steps_per_epoch, plan.epochs, trained)
@@ -102,14 +101,8 @@ def build_callbacks(
         preemption,  # after the non-finite guard: a bad step is not saved
         AverageNonTrainable(),  # before all that reads the model at the epoch's end
         sync_guard,  # after the averaging: it checks the non-trainable weights too
-        LearningRateLogger(),
-        AverageTrainMetrics(plan.steps_per_epoch * plan.micro_batch_size),
-        ShardedValidation(data.val, data.val_samples, plan.settings.eval.every_epochs),
+        *metric_callbacks(plan, data, agreement, metrics_log),
     ]
-    if tracking.log_every_steps > 0:
-        log = metrics_log.log if metrics_log else None
-        every = tracking.log_every_steps
-        callbacks.append(StepMetrics(every, plan.global_batch_size, agreement, log))
     stop_agreement = StopAgreement(run_dir, data.rank, plan.epochs, agreement)
     callbacks.append(stop_agreement.before)
     callbacks += user_callbacks(plan.settings.callbacks, data.rank == 0)
@@ -120,6 +113,23 @@ def build_callbacks(
     callbacks += [commits] if commits else []
     callbacks.append(Heartbeat(run_dir / HEARTBEATS, data.rank))  # last: see Heartbeat
     return RankCallbacks(callbacks, throughput, sync_guard, preemption, metrics_log, commits)
+
+
+def metric_callbacks(
+    plan: Plan, data: RankData, agreement: StepAgreement, metrics_log: MetricsWriter | None
+) -> list[keras.callbacks.Callback]:
+    """Every rank's metrics: the LR, the exact training metrics, the sharded validation and
+    (``tracking.log_every_steps``) the step metrics, logged by rank 0."""
+    every = plan.settings.tracking.log_every_steps
+    chosen: list[keras.callbacks.Callback] = [
+        LearningRateLogger(),
+        AverageTrainMetrics(plan.steps_per_epoch * plan.micro_batch_size),
+        ShardedValidation(data.val, data.val_samples, plan.settings.eval.every_epochs),
+    ]
+    if every > 0:
+        log = metrics_log.log if metrics_log else None
+        chosen.append(StepMetrics(every, plan.global_batch_size, agreement, log))
+    return chosen
 
 
 def elastic_commits(plan: Plan, run_dir: Path) -> Commits | None:
@@ -187,34 +197,11 @@ def master_callbacks(
         metrics_log.log(metrics, step=epoch)
         print(_progress_line(metrics, epoch, plan.epochs), flush=True)
 
-    train, evaluation = plan.settings.train, plan.settings.eval
-    chosen: list[keras.callbacks.Callback] = []
-    if data.info.task == "translation" and hasattr(data.dataset, "val_text"):
-        # First: its BLEU is in the epoch's logs for the logger and the checkpointer.
-        bleu = BleuEvaluation(
-            data.dataset,
-            run_dir,
-            evaluation.every_epochs,
-            evaluation.bleu_max_sentences,
-            evaluation.bleu_beam_size,
-            data.info.input_shape[0],
-        )
-        chosen.append(bleu)
+    train = plan.settings.train
+    # BLEU first: its score is in the epoch's logs for the logger and the checkpointer.
+    chosen: list[keras.callbacks.Callback | None] = [bleu_evaluation(plan, run_dir, data)]
     chosen += [EpochMetricsLogger(log_epoch), PrecisionRecord(run_dir / PRECISION)]
-    ckpt = plan.settings.checkpoint
-    if ckpt.every_epochs > 0 or ckpt.monitor:
-        chosen.append(
-            Checkpointer(
-                run_dir,
-                ckpt.every_epochs,
-                ckpt.keep,
-                checkpoint_meta(plan),
-                min_interval_s=ckpt.min_interval_s,
-                monitor=ckpt.monitor,
-                mode=ckpt.mode.value,
-                save_model=save_model,
-            )
-        )
+    chosen.append(checkpointer(plan, run_dir, save_model))
     if train.tensorboard:
         chosen.append(
             keras.callbacks.TensorBoard(
@@ -224,4 +211,38 @@ def master_callbacks(
     if train.progress_interval_s > 0:
         live = os.environ.get(ENV_LIVE_PROGRESS) == "1"  # a terminal shows it
         chosen.append(EpochProgress(train.progress_interval_s, plan, agreement, live))
-    return chosen
+    return [callback for callback in chosen if callback is not None]
+
+
+def bleu_evaluation(plan: Plan, run_dir: Path, data: RankData) -> BleuEvaluation | None:
+    """A translation dataset's BLEU on its validation text (None for other tasks)."""
+    if data.info.task != "translation" or not hasattr(data.dataset, "val_text"):
+        return None
+    evaluation = plan.settings.eval
+    return BleuEvaluation(
+        data.dataset,
+        run_dir,
+        evaluation.every_epochs,
+        evaluation.bleu_max_sentences,
+        evaluation.bleu_beam_size,
+        data.info.input_shape[0],
+    )
+
+
+def checkpointer(
+    plan: Plan, run_dir: Path, save_model: Callable[[Path], Any]
+) -> Checkpointer | None:
+    """The checkpoints ``checkpoint.every_epochs`` asks for, and the best by its monitor."""
+    ckpt = plan.settings.checkpoint
+    if ckpt.every_epochs <= 0 and not ckpt.monitor:
+        return None
+    return Checkpointer(
+        run_dir,
+        ckpt.every_epochs,
+        ckpt.keep,
+        checkpoint_meta(plan),
+        min_interval_s=ckpt.min_interval_s,
+        monitor=ckpt.monitor,
+        mode=ckpt.mode.value,
+        save_model=save_model,
+    )

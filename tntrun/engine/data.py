@@ -6,6 +6,8 @@ epoch E sees exactly the batches an uninterrupted run sees at epoch E.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import tensorflow as tf
 
 from tntrun.engine.sample_weights import scaled_by
@@ -43,22 +45,32 @@ def distribute_train(
     padding = steps_per_epoch * micro_batch * size - num_samples
 
     def one_epoch(epoch: int) -> tf.data.Dataset:
-        shuffled = dataset.shuffle(
-            num_samples, seed=seed * 100_003 + epoch, reshuffle_each_iteration=False
-        )
+        order = seed * 100_003 + epoch
+        shuffled = dataset.shuffle(num_samples, seed=order, reshuffle_each_iteration=False)
         if not drop_remainder and padding > 0:
-            filler = dataset.take(1).repeat(padding).map(scaled_by(0.0))
-            shuffled = shuffled.map(scaled_by(1.0)).concatenate(filler)
+            shuffled = padded(shuffled, dataset, padding)
         return (
             shuffled.shard(size, rank).batch(micro_batch, drop_remainder=True).take(steps_per_epoch)
         )
 
-    # One pipeline per epoch, chained: the epoch is a Python int, so each
-    # epoch's shuffle seed is fixed when the pipeline is built.
+    return chained(one_epoch, first_epoch, epochs).prefetch(tf.data.AUTOTUNE)
+
+
+def padded(shuffled: tf.data.Dataset, dataset: tf.data.Dataset, padding: int) -> tf.data.Dataset:
+    """``shuffled`` and ``padding`` zero-weight copies of ``dataset``'s first sample after it."""
+    filler = dataset.take(1).repeat(padding).map(scaled_by(0.0))
+    return shuffled.map(scaled_by(1.0)).concatenate(filler)
+
+
+def chained(
+    one_epoch: Callable[[int], tf.data.Dataset], first_epoch: int, epochs: int
+) -> tf.data.Dataset:
+    """One pipeline per epoch, chained: the epoch is a Python int, so each epoch's shuffle
+    seed is fixed when the pipeline is built."""
     stream = one_epoch(first_epoch)
     for epoch in range(first_epoch + 1, epochs):
         stream = stream.concatenate(one_epoch(epoch))
-    return stream.prefetch(tf.data.AUTOTUNE)
+    return stream
 
 
 def distribute_eval(

@@ -24,6 +24,7 @@ import keras
 import numpy as np
 
 from tntrun.contract.run_files import MODEL_LOADS
+from tntrun.engine import keras_internals
 from tntrun.engine.model_code import KERAS_PACKAGES
 
 RTOL = ATOL = 1e-5  # the loaded model's predictions agree with the trained one's within
@@ -43,7 +44,7 @@ def note_of(err: BaseException) -> str:
 
 def own_layers(model: Any) -> list[Any]:
     """``model`` and its nested layers whose classes are not Keras'."""
-    layers = model._flatten_layers(include_self=True, recursive=True)
+    layers = keras_internals.all_layers(model, include_self=True)
     return [layer for layer in layers if type(layer).__module__.split(".")[0] not in KERAS_PACKAGES]
 
 

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import keras
 import tensorflow as tf
 
+from tntrun.engine import keras_internals
 from tntrun.planning.schedules import ScheduleParams, learning_rate
 
 TF_OPS = SimpleNamespace(
@@ -61,4 +62,4 @@ def learning_rate_of(optimizer) -> tuple:
     """(the optimizer that holds the learning rate, its learning rate or schedule): a loss
     scale optimizer's inner one. Keras' ``learning_rate`` would evaluate the schedule."""
     inner = getattr(optimizer, "inner_optimizer", optimizer)
-    return inner, inner._learning_rate
+    return inner, keras_internals.schedule_of(inner)

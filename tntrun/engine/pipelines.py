@@ -61,35 +61,46 @@ def input_pipelines(
     # (keras.utils.set_random_seed) sees the epochs' order of an uninterrupted run.
     tf.random.set_seed(settings.seed)
     if not distributes_automatically(settings.dataset):
-        # Manual mode: the dataset shards and micro-batches itself for this rank.
-        train, val = dataset.load_for_rank(
-            rank=rank,
-            size=size,
-            micro_batch=plan.micro_batch_size,
-            val_micro_batch=plan.val_micro_batch_size,
-            seed=settings.seed,
-        )
-        samples, batches = val.reduce(
-            (0, 0), lambda seen, batch: (seen[0] + tf.shape(batch[0])[0], seen[1] + 1)
-        )
-        # Its length stated: of a dataset whose length it cannot tell (files sharded and
-        # interleaved), Keras 3's evaluate warns "Your input ran out of data" at every end.
-        val = val.apply(tf.data.experimental.assert_cardinality(int(batches.numpy())))
-        return train.repeat(), val, int(samples.numpy())
+        return pipelines_of_the_dataset(plan, dataset, rank, size)
+    first = plan.initial_epoch if first_epoch is None else first_epoch
+    return distributed_pipelines(plan, dataset, info, rank, size, first)
+
+
+def pipelines_of_the_dataset(plan: Plan, dataset: Any, rank: int, size: int):
+    """Manual mode: the dataset shards and micro-batches itself for this rank."""
+    train, val = dataset.load_for_rank(
+        rank=rank,
+        size=size,
+        micro_batch=plan.micro_batch_size,
+        val_micro_batch=plan.val_micro_batch_size,
+        seed=plan.settings.seed,
+    )
+    samples, batches = val.reduce(
+        (0, 0), lambda seen, batch: (seen[0] + tf.shape(batch[0])[0], seen[1] + 1)
+    )
+    # Its length stated: of a dataset whose length it cannot tell (files sharded and
+    # interleaved), Keras 3's evaluate warns "Your input ran out of data" at every end.
+    val = val.apply(tf.data.experimental.assert_cardinality(int(batches.numpy())))
+    return train.repeat(), val, int(samples.numpy())
+
+
+def distributed_pipelines(plan: Plan, dataset: Any, info, rank: int, size: int, first_epoch: int):
+    """Automatic mode: tntrun shuffles, shards and micro-batches the dataset's samples."""
     train_data, val_data = dataset.load()
-    if settings.train.class_weight:
-        train_data = with_class_weights(train_data, settings.train.class_weight, info.num_classes)
-    train = distribute_train(
+    train = plan.settings.train
+    if train.class_weight:
+        train_data = with_class_weights(train_data, train.class_weight, info.num_classes)
+    stream = distribute_train(
         train_data,
         num_samples=info.num_train,
         micro_batch=plan.micro_batch_size,
         steps_per_epoch=plan.steps_per_epoch,
         rank=rank,
         size=size,
-        seed=settings.seed,
-        first_epoch=plan.initial_epoch if first_epoch is None else first_epoch,
+        seed=plan.settings.seed,
+        first_epoch=first_epoch,
         epochs=plan.epochs,
-        drop_remainder=settings.train.drop_remainder,
+        drop_remainder=train.drop_remainder,
     )
     val = distribute_eval(val_data, micro_batch=plan.val_micro_batch_size, rank=rank, size=size)
-    return train, val, shard_size(info.num_val, rank, size)
+    return stream, val, shard_size(info.num_val, rank, size)

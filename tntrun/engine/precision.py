@@ -29,6 +29,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from tntrun.engine import keras_internals
 from tntrun.engine.data_parallel import is_data_parallel, note_loss
 
 # train.precision -> the dtype layers compute in (the matmul peak of MFU is measured in it).
@@ -233,7 +234,8 @@ def compile_gradients_with_xla(model: Any) -> None:
             optimizer.build(variables)
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         loss, y_pred, grads = gradients(x, y, sample_weight)
-        model._loss_tracker.update_state(loss, sample_weight=tf.shape(tf.nest.flatten(x)[0])[0])
+        samples = tf.shape(tf.nest.flatten(x)[0])[0]
+        keras_internals.loss_tracker(model).update_state(loss, sample_weight=samples)
         note_loss(optimizer, loss, scaled=scaled)
         optimizer.apply(grads, variables)
         return model.compute_metrics(x, y, y_pred, sample_weight)

@@ -69,7 +69,8 @@ class StepAgreement(keras.callbacks.Callback):
         self._from_step = None
         self.local_user_stop.assign(0.0)  # a new fit (after a rollback) starts undecided
         if getattr(self.model.train_function, _AGREEMENT_MARK, None) is not self:
-            self.model.train_function = self._train_function(self.model)
+            # Keras' fit has made its train function and runs whichever is set from here on.
+            keras_internals.replace_train_function(self.model, self._train_function(self.model))
 
     def on_train_batch_end(self, batch, logs=None):
         self.read()

@@ -13,7 +13,6 @@ sentences) weight each sentence's tokens. TensorFlow is imported on first use.
 from __future__ import annotations
 
 import functools
-from types import SimpleNamespace
 
 PAD_ID = 0
 
@@ -25,25 +24,30 @@ def masked_sparse_crossentropy(label_smoothing: float = 0.1, name: str = "masked
     """
     if not 0.0 <= label_smoothing < 1.0:
         raise ValueError(f"label_smoothing={label_smoothing}: choose a value in [0, 1)")
-    return _classes().MaskedSparseCrossentropy(label_smoothing=label_smoothing, name=name)
+    return _loss_class()(label_smoothing=label_smoothing, name=name)
 
 
 def masked_token_accuracy(name: str = "masked_token_accuracy"):
     """Share of real (non-padding) target tokens whose arg-max logit is the label."""
-    return _classes().MaskedTokenAccuracy(name=name)
+    return _metric_class()(name=name)
+
+
+def token_weights(labels, sample_weight):
+    """1 for each real target token, 0 for padding, times its sentence's sample weight."""
+    import tensorflow as tf
+
+    weights = tf.cast(tf.not_equal(labels, PAD_ID), tf.float32)
+    if sample_weight is not None:
+        sample_weight = tf.cast(sample_weight, tf.float32)
+        weights *= tf.reshape(sample_weight, [-1, *[1] * (labels.shape.rank - 1)])
+    return weights
 
 
 @functools.cache
-def _classes() -> SimpleNamespace:
+def _loss_class() -> type:
+    """The loss class, defined once, at first use (it subclasses Keras')."""
     import keras
     import tensorflow as tf
-
-    def token_weights(labels, sample_weight):
-        weights = tf.cast(tf.not_equal(labels, PAD_ID), tf.float32)
-        if sample_weight is not None:
-            sample_weight = tf.cast(sample_weight, tf.float32)
-            weights *= tf.reshape(sample_weight, [-1, *[1] * (labels.shape.rank - 1)])
-        return weights
 
     class MaskedSparseCrossentropy(keras.losses.Loss):
         def __init__(self, label_smoothing: float = 0.1, name: str = "masked_crossentropy"):
@@ -69,6 +73,15 @@ def _classes() -> SimpleNamespace:
         def get_config(self):
             return {"label_smoothing": self.label_smoothing, "name": self.name}
 
+    return MaskedSparseCrossentropy
+
+
+@functools.cache
+def _metric_class() -> type:
+    """The metric class, defined once, at first use (it subclasses Keras')."""
+    import keras
+    import tensorflow as tf
+
     class MaskedTokenAccuracy(keras.metrics.Metric):
         def __init__(self, name: str = "masked_token_accuracy", **kwargs):
             super().__init__(name=name, **kwargs)
@@ -91,6 +104,4 @@ def _classes() -> SimpleNamespace:
             self.correct.assign(0.0)
             self.count.assign(0.0)
 
-    return SimpleNamespace(
-        MaskedSparseCrossentropy=MaskedSparseCrossentropy, MaskedTokenAccuracy=MaskedTokenAccuracy
-    )
+    return MaskedTokenAccuracy

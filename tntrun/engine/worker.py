@@ -91,6 +91,25 @@ def main(argv: list[str]) -> int:
 def train_here(plan: Plan, run_dir: Path, requests: StopRequests) -> int:
     """Start TensorFlow and Horovod, train this rank; its exit code."""
     import_keras()
+    refused = start_runtime(plan)
+    if refused is not None:
+        return refused
+    from tntrun.engine import runtime
+
+    rank = runtime.hvd.rank()
+    final = train_or_exit_code(plan, run_dir, requests, rank)
+    if isinstance(final, int):
+        return final
+    refuse_mlflow_import(rank)
+    if rank == 0:
+        shown = ", ".join(f"{k}={v:.4f}" for k, v in final.items() if k.startswith("val_"))
+        print(f"training done on {plan.world_size} ranks: {shown}", flush=True)
+    print(f"rank {rank}: {run_files.RANK_DONE}", flush=True)
+    return 0
+
+
+def start_runtime(plan: Plan) -> int | None:
+    """Horovod, threads, seeds and the rank's GPU; the exit code of a rank that cannot."""
     from tntrun.engine import runtime
 
     try:
@@ -102,15 +121,20 @@ def train_here(plan: Plan, run_dir: Path, requests: StopRequests) -> int:
         print(f"tntrun: config error: {missing}", flush=True)
         return EXIT_CONFIG_ERROR
     runtime.check_rank_api()
-    from tntrun.engine import mlflow_model
-    from tntrun.engine.loss_check import label_range_line
+    return None
+
+
+def train_or_exit_code(
+    plan: Plan, run_dir: Path, requests: StopRequests, rank: int
+) -> dict[str, float] | int:
+    """The final metrics of this rank's training, or the exit code of how it stopped
+    (one line said, not a traceback)."""
     from tntrun.engine.nonfinite import NonFiniteLoss
     from tntrun.engine.preemption import Preempted
     from tntrun.engine.trainer import USER_ERRORS, train
 
-    rank = runtime.hvd.rank()
     try:
-        final = train(plan, run_dir, requests)
+        return train(plan, run_dir, requests)
     except NonFiniteLoss as stopped:  # every rank stops here at the same step
         policy = f" (faults.on_nonfinite={plan.settings.faults.on_nonfinite.value})"
         print(f"rank {rank}: stopped: {stopped}{'' if stopped.data else policy}", flush=True)
@@ -122,24 +146,36 @@ def train_here(plan: Plan, run_dir: Path, requests: StopRequests) -> int:
         print(f"rank {rank}: preempted: {stopped}", flush=True)
         return 0  # not a failure: no launcher may kill a peer for it
     except Exception as err:  # last: bad labels or a full disk: one line, not a traceback
-        labels = label_range_line(err)
-        if labels is not None:
-            print(f"tntrun: config error: rank {rank}: {labels}", flush=True)
-            return EXIT_CONFIG_ERROR
-        disk = disk_error_of(err, run_dir)
-        if disk is None:
+        code = exit_code_of_error(err, run_dir, rank)
+        if code is None:
             raise
-        print(f"{DISK_MARK}rank {rank}: {disk}", file=sys.stderr, flush=True)
-        return 1
-    # Its import alone would delay the first step by seconds; rank 0 imports it once trained,
-    # to write its model's MLflow folder (tntrun.engine.mlflow_model), and opens no store.
+        return code
+
+
+def exit_code_of_error(err: Exception, run_dir: Path, rank: int) -> int | None:
+    """Bad labels (a config error) or a full disk: said in one line; its exit code. None
+    for any other error (its traceback is the report)."""
+    from tntrun.engine.loss_check import label_range_line
+
+    labels = label_range_line(err)
+    if labels is not None:
+        print(f"tntrun: config error: rank {rank}: {labels}", flush=True)
+        return EXIT_CONFIG_ERROR
+    disk = disk_error_of(err, run_dir)
+    if disk is None:
+        return None
+    print(f"{DISK_MARK}rank {rank}: {disk}", file=sys.stderr, flush=True)
+    return 1
+
+
+def refuse_mlflow_import(rank: int) -> None:
+    """Its import alone would delay the first step by seconds; rank 0 imports it once
+    trained, to write its model's MLflow folder (tntrun.engine.mlflow_model), and opens no
+    store. Any other import of it on a rank is a bug."""
+    from tntrun.engine import mlflow_model
+
     if "mlflow" in sys.modules and not mlflow_model.imported_mlflow():
         raise RuntimeError(f"rank {rank} imported mlflow: only the driver opens the store")
-    if rank == 0:
-        shown = ", ".join(f"{k}={v:.4f}" for k, v in final.items() if k.startswith("val_"))
-        print(f"training done on {plan.world_size} ranks: {shown}", flush=True)
-    print(f"rank {rank}: {run_files.RANK_DONE}", flush=True)
-    return 0
 
 
 def exit_now(code: int) -> None:
