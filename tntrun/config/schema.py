@@ -32,6 +32,7 @@ class ScheduleName(Enum):
     constant = "constant"
     warmup_piecewise = "warmup_piecewise"
     warmup_cosine = "warmup_cosine"
+    warmup_poly = "warmup_poly"
     inverse_sqrt = "inverse_sqrt"
 
 
@@ -226,8 +227,11 @@ class ScheduleConfig:
     warmup_start_lr: float | None = None
     boundaries_epochs: list[float] = field(default_factory=list)
     decay_rate: float = 0.1
-    # warmup_cosine: final LR as a fraction of the scaled LR.
+    # warmup_cosine, warmup_poly: final LR as a fraction of the scaled LR.
     final_lr_fraction: float = 0.0
+    # warmup_poly: the power of the polynomial decay after the warmup (You et al.'s LARS
+    # schedule: 2).
+    decay_power: float = 2.0
     # inverse_sqrt: the model width in d_model^-0.5.
     d_model: int = 512
 
