@@ -96,8 +96,8 @@ def large_batch_note(inputs: LrRuleInputs) -> str | None:
         f"{inputs.scaling} LR rule was shown for ({rule.shown_for}): its LR "
         f"{inputs.scaled_lr:g} is untested there. Past it the literature trains with a "
         f"layer-wise adaptive optimizer, {rule.layer_wise}, and {_longer_warmup(inputs)}. "
-        f"The run measures the gradient noise scale (metric gradient_noise_scale, "
-        f"[{MCCANDLISH}]): a global batch well above it buys little from more nodes"
+        "The run measures the gradient noise scale (metric gradient_noise_scale) "
+        f"[{MCCANDLISH}]: a global batch well above it buys little from more nodes"
     )
 
 
