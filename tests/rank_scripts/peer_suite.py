@@ -63,7 +63,7 @@ REFERENCE = {
     "nadam": ("Nadam", 1e-3),
     "lamb": ("Lamb", 1e-2),
     "sgd": ("SGD", 0.1),
-    "lars": ("Lars", 2.0),
+    "lars": ("Lars", 1.0),
     "rmsprop": ("RMSprop", 1e-3),
     "adagrad": ("Adagrad", 0.05),
     "adadelta": ("Adadelta", 1.0),
