@@ -47,8 +47,9 @@ def test_a_one_epoch_smoke_run_keeps_the_recipes_schedule(compose_cfg):
     assert plan.schedule.warmup_steps == 5 * steps and plan.scaled_lr == pytest.approx(0.2)
 
 
-# You et al.'s LARS schedule per global batch (conf/experiment/resnet50_imagenet_lars.yaml
-# names the source): (batch, peak LR, warmup epochs), and the overrides that choose it.
+# The LARS ResNet-50 schedule per global batch (You et al.'s rule, the reference's numbers:
+# conf/experiment/resnet50_imagenet_lars.yaml names the sources): batch -> (peak LR, warmup
+# epochs, the overrides that choose it).
 LARS_BATCHES = {
     32768: (32.0, 14, ()),
     16384: (
@@ -65,7 +66,7 @@ LARS_BATCHES = {
 
 
 @pytest.mark.parametrize("batch", sorted(LARS_BATCHES))
-def test_resnet50_imagenet_lars_plans_the_papers_schedule(compose_cfg, batch):
+def test_resnet50_imagenet_lars_plans_the_lars_schedule_at_8k_16k_32k(compose_cfg, batch):
     peak, warmup_epochs, overrides = LARS_BATCHES[batch]
     recipe = ("experiment=resnet50_imagenet_lars", "dataset.data_dir=/data", *SEED_LAYOUT[:3])
     chosen = (*recipe, f"global_batch_size={batch}", *overrides)
