@@ -19,8 +19,6 @@ from tntrun.planning.rank_map import (
 )
 from tntrun.planning.schedules import learning_rate
 
-LONG_ARGUMENT = 200  # characters: a launch argument longer (-H with a host per node) is cut
-
 # train.precision as the dry run describes it.
 PRECISIONS = {
     "float32": "float32",
@@ -170,18 +168,23 @@ def launch_lines(plan: Plan) -> list[str]:
     return [*lines, shlex.join(plan.launch_command)]
 
 
-def _cut(argument: str) -> str:
-    """A long list argument (``-H a:8,b:8,...``) as its first and last item."""
+def _cut(argument: str, hosts: tuple[tuple[str, int], ...]) -> str:
+    """A list of the hosts (``-H a:8,b:8,...``) as its first and last item."""
     items = argument.split(",")
-    if len(argument) <= LONG_ARGUMENT or len(items) < 3:
+    first, last = hosts[0][0], hosts[-1][0]
+    if len(items) < 3 or not (items[0].startswith(first) and items[-1].startswith(last)):
         return argument
     return f"{items[0]},...,{items[-1]}"
 
 
 def _short_launch_lines(plan: Plan, launch_file: str) -> list[str]:
-    lines = [f"{k}={shlex.quote(_cut(v))}" for k, v in plan.launch_env]
-    command = shlex.join(_cut(a) for a in plan.launch_command)
-    return [*lines, command, f"(lists cut to their first and last item; in full: {launch_file})"]
+    lines = [f"{k}={shlex.quote(_cut(v, plan.hosts))}" for k, v in plan.launch_env]
+    command = shlex.join(_cut(a, plan.hosts) for a in plan.launch_command)
+    return [
+        *lines,
+        command,
+        f"(host lists cut to their first and last host; in full: {launch_file})",
+    ]
 
 
 def render_plan(plan: Plan, run_dir: Path | None = None) -> str:
