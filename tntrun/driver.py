@@ -45,16 +45,15 @@ def dry_run(typed: TypedExperiment, plan: Plan, run_dir: Path, assumed: str | No
     """Show the config, the plan and the launch command; start nothing. A run too large to
     read on a console (``planning.rank_map``) gets a summary, and its config, rank map,
     hosts and launch command whole in files of the run directory, named in the summary."""
-    files = plan_files(plan)
+    files, config = plan_files(plan), typed.recorded_yaml  # YAML of 1,024 hosts: 0.1 s
     if files:
-        files[run_files.CONFIG] = typed.recorded_yaml
+        files[run_files.CONFIG] = config
         run_dir.mkdir(parents=True, exist_ok=True)
         for name, text in files.items():
             (run_dir / name).write_text(text)
     log.info("== Config ==")
-    config_lines = typed.recorded_yaml.count("\n")
     log.info(
-        f"{run_dir / run_files.CONFIG} ({config_lines} lines)" if files else typed.recorded_yaml
+        f"{run_dir / run_files.CONFIG} ({len(config.splitlines())} lines)" if files else config
     )
     log.info(render_plan(plan, run_dir))
     if assumed:
