@@ -1,14 +1,15 @@
 """The dry run at 8, 512 and 8,192 ranks (1, 64 and 1,024 hosts of 8 GPUs): wall and CPU
 time of the `tntrun` command, its console lines, and where the time goes in-process.
 
-    .venv/bin/python bench/plan_scale.py [--repeats 5]
+    .venv/bin/python bench/plan_scale.py [--repeats 5] [--against DIR]
 
 Per repeat, the sizes interleaved: `tntrun experiment=resnet50_imagenet nodes=N gpus=8
 hosts=[...] global_batch_size=8xranks dry_run=true` in a scratch directory (wall time,
 the children's CPU time from rusage, stdout's lines). Then in this process, once warm: the
 stages of the same plan (Hydra's composition, typing and planning, the dry-run view and
 its files), medians of `repeats`. The command composes twice (Hydra's mode check, then the
-run), the in-process API once.
+run), the in-process API once. ``--against DIR`` also times the command with another
+checkout's tntrun first on PYTHONPATH (`git archive main | tar -x -C DIR`), interleaved.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-BIN = Path(sys.executable).parent
 SIZES = {8: 1, 512: 64, 8192: 1024}  # ranks: hosts of 8 GPUs
 
 
@@ -46,12 +46,15 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def command_run(ranks: int, work: str) -> tuple[float, float, int]:
-    """Wall s, CPU s and stdout lines of one `tntrun ... dry_run=true`."""
+def command_run(ranks: int, work: str, code: str | None = None) -> tuple[float, float, int]:
+    """Wall s, CPU s and stdout lines of one `tntrun ... dry_run=true` (``code``: the
+    checkout whose tntrun runs, else this environment's)."""
+    env = {**os.environ, **({"PYTHONPATH": code} if code else {})}
     cpu, start = children_cpu(), time.perf_counter()
     done = subprocess.run(
-        [str(BIN / "tntrun"), *overrides(ranks, work)],
+        [sys.executable, "-m", "tntrun.cli", *overrides(ranks, work)],
         cwd=work,
+        env=env,
         check=True,
         capture_output=True,
         text=True,
@@ -90,26 +93,38 @@ def median_stages(ranks: int, work: str, repeats: int) -> dict[str, float]:
     return {name: statistics.median(values) for name, values in times.items()}
 
 
+def print_table(runs: dict, in_process: dict[int, dict[str, float]]) -> None:
+    names = list(in_process[8])
+    print(f"| code | ranks | hosts | console lines | wall s | CPU s | {' | '.join(names)} |")
+    print("|---|---|---|---|---|---|" + "---|" * len(names))
+    for (code, ranks), values in runs.items():
+        wall = statistics.median(v[0] for v in values)
+        cpu = statistics.median(v[1] for v in values)
+        parts = " | ".join(
+            f"{in_process[ranks][name]:.3f}" if code == "this" else "" for name in names
+        )
+        line = f"{values[0][2]} | {wall:.2f} | {cpu:.2f} | {parts}"
+        print(f"| {code} | {ranks} | {SIZES[ranks]} | {line} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--against", default=None, help="another checkout's directory")
     args = parser.parse_args()
-    runs: dict[int, list[tuple[float, float, int]]] = {n: [] for n in SIZES}
+    codes = {"this": None, **({args.against: args.against} if args.against else {})}
+    runs: dict[tuple[str, int], list[tuple[float, float, int]]] = {
+        (name, n): [] for name in codes for n in SIZES
+    }
     with tempfile.TemporaryDirectory() as work:
         os.chdir(work)
         for _ in range(args.repeats):
-            for ranks in SIZES:
-                runs[ranks].append(command_run(ranks, work))
+            for name, code in codes.items():
+                for ranks in SIZES:
+                    runs[name, ranks].append(command_run(ranks, work, code))
         in_process = {n: median_stages(n, work, args.repeats) for n in SIZES}
-    names = list(in_process[8])
     print(f"load average at the end: {os.getloadavg()[0]:.2f}; n={args.repeats}")
-    print(f"| ranks | hosts | console lines | wall s | CPU s | {' | '.join(names)} |")
-    print("|---|---|---|---|---|" + "---|" * len(names))
-    for ranks, values in runs.items():
-        wall = statistics.median(v[0] for v in values)
-        cpu = statistics.median(v[1] for v in values)
-        parts = " | ".join(f"{in_process[ranks][name]:.3f}" for name in names)
-        print(f"| {ranks} | {SIZES[ranks]} | {values[0][2]} | {wall:.2f} | {cpu:.2f} | {parts} |")
+    print_table(runs, in_process)
 
 
 if __name__ == "__main__":
