@@ -31,8 +31,9 @@ from tntrun.launch.preemption import record_first
 from tntrun.launch.supervisor import Outcome, Supervisor
 from tntrun.planning.machine import device_problems, tensorboard_problems
 from tntrun.planning.plan import Plan
+from tntrun.planning.rank_map import hosts_text
 from tntrun.planning.schedule_chart import write_schedule_chart
-from tntrun.planning.view import render_plan
+from tntrun.planning.view import plan_files, render_plan
 from tntrun.preparation import PreparedRun, TypedExperiment, resolve
 from tntrun.tracking.opening import RunOrigin
 from tntrun.tracking.recorder import Recorder
@@ -41,10 +42,20 @@ log = logging.getLogger(__name__)
 
 
 def dry_run(typed: TypedExperiment, plan: Plan, run_dir: Path, assumed: str | None) -> None:
-    """Show the config, the plan and the launch command; start nothing."""
+    """Show the config, the plan and the launch command; start nothing. A run too large to
+    read on a console (``planning.rank_map``) gets a summary, and its config, rank map,
+    hosts and launch command whole in files of the run directory, named in the summary."""
+    files, config = plan_files(plan), typed.recorded_yaml  # YAML of 1,024 hosts: 0.1 s
+    if files:
+        files[run_files.CONFIG] = config
+        run_dir.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            (run_dir / name).write_text(text)
     log.info("== Config ==")
-    log.info(typed.recorded_yaml)
-    log.info(render_plan(plan))
+    log.info(
+        f"{run_dir / run_files.CONFIG} ({len(config.splitlines())} lines)" if files else config
+    )
+    log.info(render_plan(plan, run_dir))
     if assumed:
         log.info(f"\nnote: {assumed}")
     log.info(f"\nLR schedule chart: {write_schedule_chart(plan, run_dir / run_files.LR_PLOT)}")
@@ -135,7 +146,7 @@ def write_inputs(prepared: PreparedRun) -> None:
 def layout_line(plan: Plan) -> str:
     """The run's layout, batch, steps and LR in one line, as the ranks start."""
     return (
-        f"tntrun: {plan.world_size} ranks on {', '.join(f'{h}:{s}' for h, s in plan.hosts)}; "
+        f"tntrun: {plan.world_size} ranks on {hosts_text(plan)}; "
         f"global batch {plan.global_batch_size} = {plan.world_size} x {plan.micro_batch_size}; "
         f"{plan.steps_per_epoch} steps/epoch x {plan.epochs} epochs; lr {plan.scaled_lr:g}"
     )

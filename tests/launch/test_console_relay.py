@@ -39,3 +39,36 @@ def test_a_long_live_line_is_cut_to_one_terminal_line_and_erased_at_the_end():
     relay.close()
     drawn, erased = out.getvalue().split(ERASE)[1:]
     assert drawn == "x" * 200 and erased == ""
+
+
+def test_a_large_runs_console_shows_rank_0_the_launcher_and_other_ranks_errors():
+    out = io.StringIO()
+    relay = ConsoleRelay(out, every_rank=False)
+    lines = [
+        "[0]<stdout>:epoch 1: loss 0.3\n",
+        "[7]<stdout>:epoch 1: loss 0.3\n",  # the same story again: rank 0 tells it
+        "[1,0]<stdout>:open mpi's label\n",
+        "12: srun's label, not rank 0\n",
+        "[9]<stderr>:Traceback (most recent call last):\n",
+        '[9]<stderr>:  File "train.py", line 3, in <module>\n',
+        "[9]<stderr>:ValueError: bad shard\n",
+        "[9]<stderr>:tntrun: disk error: /runs/x: no space left (0 B free)\n",
+        "[4]<stderr>:horovod.common.exceptions.HorovodInternalError: Horovod has been shut down.\n",
+        "31: Segmentation fault (core dumped)\n",
+        "Process 9 exit with status code 1.\n",
+    ]
+    for line in lines:
+        relay.line(line)
+    assert out.getvalue().splitlines() == [
+        "[0]<stdout>:epoch 1: loss 0.3",
+        "[1,0]<stdout>:open mpi's label",
+        "[9]<stderr>:ValueError: bad shard",
+        "[9]<stderr>:tntrun: disk error: /runs/x: no space left (0 B free)",
+        "31: Segmentation fault (core dumped)",
+        "Process 9 exit with status code 1.",
+    ]
+    every = io.StringIO()
+    small = ConsoleRelay(every)
+    for line in lines:
+        small.line(line)
+    assert every.getvalue() == "".join(lines), "a small run's console shows every line"

@@ -197,6 +197,18 @@ def test_horovod_knobs_map_to_flags_and_environment(compose_cfg):
     assert plan_for(compose_cfg, "horovod.fusion_threshold_kb=0").fusion_threshold_bytes == 0
 
 
+def test_the_in_rank_knobs_say_what_tntruns_averaging_optimizer_does(compose_cfg):
+    table = render_plan(plan_for(compose_cfg))
+    assert "horovod.compression               none -> gradients allreduced uncompressed" in table
+    assert "1 -> one allreduce and one update per step (tntrun's averaging optimizer)" in table
+    more = render_plan(
+        plan_for(compose_cfg, "horovod.compression=fp16", "horovod.backward_passes_per_step=4")
+    )
+    assert "fp16 -> gradients cast to fp16 for the allreduce, cast back after it" in more
+    assert "4 -> 4 micro-batches' gradients averaged on each rank per allreduce" in more
+    assert "DistributedOptimizer" not in table + more
+
+
 def test_srun_ranks_get_every_knob_as_a_horovod_variable(compose_cfg):
     env = {"SLURM_JOB_NODELIST": "node[1-2]"}
     slurm = MachineFacts(cores_per_node=2, env=env, allocation=SlurmEnvironment(env).allocation())

@@ -53,6 +53,10 @@ MLFLOW_BEST_MODEL = "mlflow_model_best"  # the best by checkpoint.monitor (check
 MODEL_LOADS = "model_loads.json"
 LOSS_SETUP = "loss_setup.txt"  # rank 0: why the loss does not fit the labels or the outputs
 LR_PLOT = "lr_schedule.svg"
+# A dry run beyond the console's view (planning.rank_map): the whole of what it summarises.
+HOST_LIST = "hosts.txt"  # a hostfile: host slots=N, in rank order
+RANK_MAP = "rank_map.txt"  # a line per rank: host, local rank, binding, GPU
+LAUNCH_COMMAND = "launch_command.txt"  # the launch environment and command, unabridged
 TIMELINE = "horovod_timeline.json"
 AUTOTUNE_LOG = "horovod_autotune.csv"
 TRANSLATIONS = "translations"

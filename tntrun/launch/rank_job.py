@@ -110,12 +110,13 @@ class RankJob:
         log_file: Path,
         rank_logs: RankLogWriter,
         stall: StallWatch | None = None,
+        console: ConsoleRelay | None = None,
     ) -> None:
         self.log_file, self.rank_logs = log_file, rank_logs
         self._stalled: list[str] = []
         self._rank_disk: str | None = None  # a rank's disk error line (path, free space)
         self._logs_disk: str | None = None  # the logs' own, when the driver cannot write them
-        self.console = ConsoleRelay()
+        self.console = console or ConsoleRelay()
         self.process = subprocess.Popen(
             list(command),
             env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},

@@ -32,12 +32,14 @@ from tntrun.contract.rank_logs import RankLogWriter
 from tntrun.contract.run_status import RunStatus
 from tntrun.errors import PlanError
 from tntrun.launch.attempt_logs import archive_attempt
+from tntrun.launch.console_relay import ConsoleRelay
 from tntrun.launch.discovery import Hosts
 from tntrun.launch.elastic import ElasticHosts
 from tntrun.launch.launcher import Launcher
 from tntrun.launch.preemption import StopOnSignals
 from tntrun.launch.rank_job import LaunchResult, RankJob, StallWatch
 from tntrun.planning.plan import Plan
+from tntrun.planning.rank_map import shows_every_rank
 from tntrun.planning.resume import ResumePoint
 
 log = logging.getLogger(__name__)
@@ -186,6 +188,12 @@ class Supervisor:
 
     def start_ranks(self, env: Mapping[str, str]) -> RankJob:
         log.debug("tntrun: launching the ranks: %s", shlex.join(self.plan.launch_command))
+        every_rank = shows_every_rank(self.plan.world_size)
+        if not every_rank:
+            log.info(
+                f"tntrun: the console shows rank 0's lines and the other ranks' errors; "
+                f"every rank's lines: {self.run_dir / run_files.LOGS}/rank.<N>.log"
+            )
         return RankJob(
             self.plan.launch_command,
             env,
@@ -196,6 +204,7 @@ class Supervisor:
                 self.plan.world_size,
                 self.plan.settings.faults.stall_timeout_s,
             ),
+            ConsoleRelay(every_rank=every_rank),
         )
 
     def restart_if_due(self, outcome: LaunchResult, events: RankEvents) -> bool:

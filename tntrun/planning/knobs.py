@@ -33,7 +33,7 @@ class HorovodKnob:
     def describe(self) -> str:
         """How the knob is applied, for the dry run."""
         if self.in_rank:
-            return "the ranks' gradient averaging"
+            return f"{in_rank_effect(self.key, self.value)} (tntrun's averaging optimizer)"
         parts = [f"{name}={value}" for name, value in self.env]
         if self.args:
             parts.insert(0, " ".join(self.args))
@@ -47,6 +47,18 @@ class HorovodKnob:
         return cls(
             **{**known, "env": tuple(tuple(kv) for kv in raw["env"]), "args": tuple(raw["args"])}
         )
+
+
+def in_rank_effect(key: str, value: Any) -> str:
+    """What an in-rank knob does, as the ranks' averaging optimizer applies it (the dry run
+    says only what tntrun does: no Horovod optimizer is involved)."""
+    if key == "compression":
+        if value == "none":
+            return "gradients allreduced uncompressed"
+        return f"gradients cast to {value} for the allreduce, cast back after it"
+    if value == 1:
+        return "one allreduce and one update per step"
+    return f"{value} micro-batches' gradients averaged on each rank per allreduce and update"
 
 
 def horovod_knobs(hvd: HorovodConfig, run_dir: Path) -> tuple[HorovodKnob, ...]:

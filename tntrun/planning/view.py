@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 
 import numpy as np
 
-from tntrun.planning.plan import SELF_BINDING, Plan
+from tntrun.contract import run_files
+from tntrun.planning.plan import Plan
+from tntrun.planning.rank_map import (
+    host_list_text,
+    hosts_text,
+    placement_line,
+    rank_map_text,
+    rank_pattern_lines,
+    shows_every_rank,
+)
 from tntrun.planning.schedules import learning_rate
 
 # train.precision as the dry run describes it.
@@ -37,7 +47,7 @@ def _rows(plan: Plan) -> Rows:
 def _layout_rows(plan: Plan) -> Rows:
     return [
         ("world size", f"{plan.world_size} = {plan.nodes} node(s) x {plan.ranks_per_node} ranks"),
-        ("hosts:slots", ", ".join(f"{h}:{n}" for h, n in plan.hosts)),
+        ("hosts:slots", hosts_text(plan)),
         ("device", f"{plan.gpus_per_node} GPU(s) per node" if plan.gpus_per_node else "CPU"),
         ("threads per rank", str(plan.threads_per_rank)),
         ("precision", precision_text(plan)),
@@ -169,22 +179,58 @@ def _horovod_rows(plan: Plan) -> Rows:
     return rows
 
 
-def render_plan(plan: Plan) -> str:
-    """The plan table, the rank map, the launch command and its environment."""
+def launch_lines(plan: Plan) -> list[str]:
+    """The launch environment and command, unabridged."""
+    lines = [f"{k}={shlex.quote(v)}" for k, v in plan.launch_env]
+    return [*lines, shlex.join(plan.launch_command)]
+
+
+def _cut(argument: str, hosts: tuple[tuple[str, int], ...]) -> str:
+    """A list of the hosts (``-H a:8,b:8,...``) as its first and last item."""
+    items = argument.split(",")
+    first, last = hosts[0][0], hosts[-1][0]
+    if len(items) < 3 or not (items[0].startswith(first) and items[-1].startswith(last)):
+        return argument
+    return f"{items[0]},...,{items[-1]}"
+
+
+def _short_launch_lines(plan: Plan, launch_file: str) -> list[str]:
+    lines = [f"{k}={shlex.quote(_cut(v, plan.hosts))}" for k, v in plan.launch_env]
+    command = shlex.join(_cut(a, plan.hosts) for a in plan.launch_command)
+    return [
+        *lines,
+        command,
+        f"(host lists cut to their first and last host; in full: {launch_file})",
+    ]
+
+
+def render_plan(plan: Plan, run_dir: Path | None = None) -> str:
+    """The plan table, the rank map, the launch command and its environment. Beyond
+    ``FULL_VIEW_MAX_RANKS`` the rank map is its pattern and the long lists are cut; the
+    files in ``run_dir`` named then hold them whole (:func:`plan_files`)."""
     rows = _rows(plan)
     width = max(len(k) for k, _ in rows)
     lines = ["== Plan =="] + [f"{k.ljust(width)}  {v}" for k, v in rows]
     lines += ["", "== Ranks =="]
-    for p in plan.placements:
-        where = [f"rank {p.rank}", f"host {p.host}", f"local rank {p.local_rank}"]
-        if p.socket is not None and plan.bound_by == SELF_BINDING:
-            where.append(f"numactl --cpunodebind={p.socket} --membind={p.socket}")
-        elif p.socket is not None:
-            where.append(f"socket {p.socket}, bound by {plan.bound_by}")
-        if p.gpu is not None:
-            where.append(f"GPU {p.gpu}")
-        lines.append(", ".join(where))
-    lines += ["", "== Launch =="]
-    lines += [f"{k}={shlex.quote(v)}" for k, v in plan.launch_env]
-    lines.append(shlex.join(plan.launch_command))
+    if shows_every_rank(plan.world_size):
+        lines += [placement_line(plan, p) for p in plan.placements]
+        lines += ["", "== Launch ==", *launch_lines(plan)]
+        return "\n".join(lines)
+
+    def named(name: str) -> str:
+        return str(run_dir / name) if run_dir is not None else name
+
+    lines += rank_pattern_lines(plan, named(run_files.RANK_MAP), named(run_files.HOST_LIST))
+    lines += ["", "== Launch ==", *_short_launch_lines(plan, named(run_files.LAUNCH_COMMAND))]
     return "\n".join(lines)
+
+
+def plan_files(plan: Plan) -> dict[str, str]:
+    """What a large run's dry run writes beside its summary: file name -> text."""
+    if shows_every_rank(plan.world_size):
+        return {}
+    return {
+        run_files.RANK_MAP: rank_map_text(plan),
+        run_files.HOST_LIST: host_list_text(plan),
+        run_files.LAUNCH_COMMAND: "\n".join(launch_lines(plan)) + "\n",
+    }
