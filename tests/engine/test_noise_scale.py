@@ -10,12 +10,15 @@ import numpy as np
 import pytest
 
 from tests.engine.one_rank import X, Y, classifier, fit, horovod_of_one_rank, keras, tf
+from tests.helpers.plans import plan_for
+from tntrun.engine.averaging_optimizer import noise_scale_of
 from tntrun.engine.data_parallel import (
     agree_after_each_step,
     broadcast_state,
     data_parallel,
     measure_gradient_noise,
 )
+from tntrun.engine.model_set import measure_noise_scale
 from tntrun.engine.noise_scale import GradientNoiseScale, squared_norm, unbiased_estimates
 from tntrun.engine.precision import read_checkpoint, state_checkpoint
 
@@ -135,3 +138,36 @@ def test_the_checkpoint_keeps_the_averages_and_an_older_one_leaves_them_at_start
     fresh.optimizer.build(fresh.trainable_variables)
     read_checkpoint(fresh, fresh.optimizer, older)
     assert untouched.metrics() == {} and int(untouched.steps.numpy()) == 0
+
+
+def test_under_loss_scaling_the_norm_is_of_the_unscaled_gradient():
+    horovod_of_one_rank()
+    scaled = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.0))
+    optimizer = data_parallel(scaled)
+    agreement = agree_after_each_step(optimizer)
+    noise = measure_gradient_noise(optimizer, small_batch=16, big_batch=32, decay=0.0)
+    model = classifier(optimizer)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(keras.losses.binary_crossentropy(Y, model(X)))
+    expected = float(squared_norm(tape.gradient(loss, model.trainable_variables)))
+    fit(model, [agreement], batch_size=len(X))
+    assert float(optimizer.dynamic_scale.numpy()) > 1000  # the loss was scaled ...
+    assert noise.last_estimates()[0] == pytest.approx(expected, rel=1e-3)  # ... the norm not
+
+
+def test_a_plan_of_two_ranks_measures_and_one_of_one_rank_says_why_not(compose_cfg, capsys):
+    horovod_of_one_rank()
+    two = plan_for(compose_cfg, "ranks_per_node=2", "global_batch_size=64")
+    optimizer = data_parallel(keras.optimizers.SGD(0.0), backward_passes_per_step=1)
+    measure_noise_scale(optimizer, two)
+    noise = noise_scale_of(optimizer)
+    assert (noise.small_batch, noise.big_batch, noise.decay) == (32, 64, 0.95)
+    one = plan_for(compose_cfg, "ranks_per_node=1")
+    optimizer = data_parallel(keras.optimizers.SGD(0.0))
+    measure_noise_scale(optimizer, one)
+    assert noise_scale_of(optimizer) is None
+    assert "gradient noise scale: not measured with 1 rank" in capsys.readouterr().out
+    off = plan_for(compose_cfg, "ranks_per_node=2", "train.gradient_noise_scale=false")
+    optimizer = data_parallel(keras.optimizers.SGD(0.0))
+    measure_noise_scale(optimizer, off)
+    assert noise_scale_of(optimizer) is None and capsys.readouterr().out == ""
