@@ -171,3 +171,24 @@ def test_a_plan_of_two_ranks_measures_and_one_of_one_rank_says_why_not(compose_c
     optimizer = data_parallel(keras.optimizers.SGD(0.0))
     measure_noise_scale(optimizer, off)
     assert noise_scale_of(optimizer) is None and capsys.readouterr().out == ""
+
+
+def test_a_sparse_gradient_is_measured_as_its_dense_form():
+    horovod_of_one_rank()
+    optimizer = data_parallel(keras.optimizers.SGD(0.0))
+    agreement = agree_after_each_step(optimizer)
+    noise = measure_gradient_noise(optimizer, small_batch=8, big_batch=16, decay=0.0)
+    model = keras.Sequential(
+        [keras.Input((3,), dtype="int32"), keras.layers.Embedding(10, 4), keras.layers.Flatten()]
+    )
+    model.add(keras.layers.Dense(1))
+    model.compile(optimizer=optimizer, loss="mse", jit_compile=False)
+    tokens = np.array([[1, 1, 2]] * 4 + [[3, 1, 2]] * 4, "int32")  # repeated rows
+    target = np.ones((8, 1), "float32")
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(tokens) - target))
+    gradients = tape.gradient(loss, model.trainable_variables)
+    assert any(isinstance(g, tf.IndexedSlices) for g in gradients)  # the path under test
+    expected = sum(float(tf.reduce_sum(tf.square(tf.convert_to_tensor(g)))) for g in gradients)
+    model.fit(tokens, target, batch_size=8, callbacks=[agreement], shuffle=False, verbose=0)
+    assert noise.last_estimates()[0] == pytest.approx(expected, rel=1e-4)
