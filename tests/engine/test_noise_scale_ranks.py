@@ -17,8 +17,8 @@ from tests.helpers.paths import RANK_SCRIPTS
 pytestmark = pytest.mark.slow
 
 SCRIPT = RANK_SCRIPTS / "noise_scale.py"
-# 512 updates of 24 + 1 dimensions: the averages' own noise is about 1-2% (measured: see
-# the docstring of each test); the bound is a few percent, as the estimators promise.
+# 256 updates of 24 + 1 dimensions: the averages' own noise is about 1-2% (a NumPy simulation of
+# the same sampling: at most 3.7% over 5 seeds x 2 layouts); the bound is a few percent.
 EXACT_WITHIN = 0.05
 
 
@@ -44,7 +44,7 @@ def layouts(tmp_path_factory) -> dict[int, list[dict]]:
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_the_averaged_estimates_match_the_exact_values(layouts, ranks):
     for summary in layouts[ranks]:
-        assert summary["updates"] == 512
+        assert summary["updates"] == 256
         for name in ("gradient_sq", "trace"):
             exact, measured = summary[f"exact_{name}"], summary[f"mean_{name}"]
             assert measured == pytest.approx(exact, rel=EXACT_WITHIN), (ranks, name)
@@ -65,7 +65,7 @@ def test_a_resume_on_another_layout_continues_the_averages(layouts):
     saved = layouts[2][0]["state"]
     for summary in layouts[4]:
         assert summary["restored"] == pytest.approx(saved)
-        assert summary["steps_after_fit"] == saved[-1] + 512
+        assert summary["steps_after_fit"] == saved[-1] + 256
 
 
 def test_a_step_with_a_zero_weight_sample_on_one_rank_is_left_out_on_all(layouts):
