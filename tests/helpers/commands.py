@@ -13,7 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -183,9 +183,12 @@ def modules_imported(code: str, candidates: str) -> list[str]:
     return json.loads(result.stdout.splitlines()[-1])
 
 
-def run_on_two_ranks(script: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    """``horovodrun -np 2`` of a rank script (tests/rank_scripts) on CPU ranks over loopback,
-    through tntrun's horovodrun command (tntrun/launch/horovodrun_command.py)."""
+def run_on_two_ranks(
+    script: Path, timeout: float = 300, ranks: int = 2, args: Sequence[str] = ()
+) -> subprocess.CompletedProcess:
+    """``horovodrun -np 2`` (or ``ranks``) of a rank script (tests/rank_scripts) with
+    ``args`` on CPU ranks over loopback, through tntrun's horovodrun command
+    (tntrun/launch/horovodrun_command.py)."""
     return subprocess.run(
         [
             sys.executable,
@@ -193,11 +196,12 @@ def run_on_two_ranks(script: Path, timeout: float = 300) -> subprocess.Completed
             HOROVODRUN_COMMAND,
             "--gloo",
             "-np",
-            "2",
+            str(ranks),
             "-H",
-            "localhost:2",
+            f"localhost:{ranks}",
             sys.executable,
             str(script),
+            *args,
         ],
         env={**clean_env(), "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "-1"},
         capture_output=True,

@@ -39,6 +39,10 @@ def test_default_experiment_trains_on_two_ranks_and_logs_to_mlflow(run_tntrun, t
 
     steps = [m.step for m in client.get_metric_history(run.info.run_id, "step_loss")]
     assert steps == list(range(20, 22 * epochs + 1, 20))  # every tracking.log_every_steps
+    # The gradient noise scale, measured in every run of 2 ranks (docs/tracking.md).
+    assert run.data.metrics["gns_trace"] > 0 and run.data.metrics["gradient_noise_scale"] > 0
+    noise = client.get_metric_history(run.info.run_id, "step_gradient_noise_scale")
+    assert [m.step for m in noise] and {m.step for m in noise} <= set(steps)
     # One host: one node series (local rank 0 samples it), named without a node id.
     system = sorted(key for key in run.data.metrics if key.startswith("system/"))
     assert "system/cpu_utilization_percentage" in system

@@ -335,6 +335,13 @@ class TrainConfig:
     # ranks (the global batch) in training, one allreduce per layer and step; off: each
     # rank's micro-batch (its moving statistics are averaged at each epoch's end either way).
     sync_batch_norm: bool = False
+    # Measure the gradient noise scale B_simple (McCandlish et al. 2018) in every run of 2
+    # or more ranks, from the norms of each rank's and the averaged gradient (one scalar more
+    # in the gradients' allreduce): metrics gradient_noise_scale, gns_gradient_sq, gns_trace.
+    gradient_noise_scale: bool = True
+    # Its smoothing: an exponential moving average over update steps of the |G|^2 and tr(Sigma)
+    # estimates, each step weighted 1 - this (bias-corrected; 0: the last step alone).
+    gradient_noise_ema: float = 0.95
 
 
 @dataclass

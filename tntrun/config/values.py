@@ -55,6 +55,7 @@ RULES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("faults.check_sync_every_epochs", _at_least(0), "use 0 (never) or more"),
     ("faults.stall_timeout_s", _at_least(0), "use 0 (no watchdog) or a positive time"),
     ("train.label_smoothing", lambda v: 0 <= v < 1, "choose a value in [0, 1)"),
+    ("train.gradient_noise_ema", lambda v: 0 <= v < 1, "choose a decay in [0, 1), e.g. 0.95"),
     ("checkpoint.every_epochs", _at_least(0), "use 0 (never) or more"),
     ("checkpoint.keep", _at_least(1), "keep 1 or more checkpoints"),
     ("checkpoint.min_interval_s", _at_least(0), "use 0 (every every_epochs) or more seconds"),

@@ -16,6 +16,7 @@ from keras import ops
 
 from tntrun.engine import keras_internals
 from tntrun.engine.gradient_averaging import allreduce_gradients, scaled
+from tntrun.engine.noise_scale import GradientNoiseScale
 from tntrun.engine.step_agreement import StepAgreement
 
 # The instance attribute holding the AveragingState, invisible to Keras and TF tracking.
@@ -40,6 +41,7 @@ class AveragingState:
     compression: Any = hvd.Compression.none
     backward_passes_per_step: int = 1
     agreement: StepAgreement | None = None
+    noise_scale: GradientNoiseScale | None = None  # measured in the same allreduce
     accumulation: _Accumulation | None = None
     noted: tuple[Any, tf.Tensor] | None = None  # (graph, loss) of the step being traced
     scaled_in: tuple[Any] | None = None  # (graph,) whose loss was scaled: loss scaling's check
@@ -147,13 +149,27 @@ class _DataParallel:
         return grads
 
     def _average_and_update(self, grads: list, variables: list, loss) -> None:
+        """One allreduce of the gradients, the agreement vector and this rank's squared
+        gradient norm (each present), then the update."""
         settings = self._data_parallel
-        agreement = settings.agreement
-        extra = None if agreement is None else agreement.local_vector(loss)
+        agreement, noise = settings.agreement, settings.noise_scale
+        parts = [] if agreement is None else [agreement.local_vector(loss)]
+        parts += [] if noise is None else [noise.local_vector(self._measured(grads, variables))]
+        extra = tf.concat(parts, axis=0) if parts else None
         averaged, agreed = allreduce_gradients(grads, settings.compression, extra)
-        if agreed is not None:
-            agreement.averaged.assign(agreed)
+        if agreement is not None:
+            agreement.averaged.assign(agreed[: agreement.averaged.shape[0]])
+        if noise is not None:
+            noise.update(agreed[-1], self._measured(averaged, variables))
         self._update(averaged, variables)
+
+    def _measured(self, grads: list, variables: list) -> list:
+        """``grads`` that are gradients, ``None`` for a variable the optimizer overwrites
+        with its "gradient" (a float8 scale): the noise scale's input."""
+        return [
+            None if keras_internals.overwrites_with_gradient(self, v) else g
+            for g, v in zip(grads, variables, strict=True)
+        ]
 
     def _update(self, grads: list, variables: list) -> None:
         """One optimizer update with the rank-averaged gradients (Keras' own ``apply``)."""
@@ -307,6 +323,12 @@ def data_parallel_class(base: type) -> type:
 
         object_registration.GLOBAL_CUSTOM_NAMES[cls] = registered
     return cls
+
+
+def noise_scale_of(optimizer: Any) -> GradientNoiseScale | None:
+    """The gradient noise scale ``optimizer`` measures (None: not data-parallel, or none)."""
+    state = getattr(optimizer, "__dict__", {}).get(STATE_ATTRIBUTE)
+    return None if state is None else state.noise_scale
 
 
 def is_data_parallel(optimizer: Any) -> bool:

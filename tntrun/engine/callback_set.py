@@ -32,6 +32,7 @@ from tntrun.engine.metric_callbacks import (
     AverageTrainMetrics,
     EpochMetricsLogger,
     LearningRateLogger,
+    NoiseScaleLogger,
     PrecisionRecord,
     ShardedValidation,
     StepMetrics,
@@ -125,6 +126,7 @@ def metric_callbacks(
         LearningRateLogger(),
         AverageTrainMetrics(plan.steps_per_epoch * plan.micro_batch_size),
         ShardedValidation(data.val, data.val_samples, plan.settings.eval.every_epochs),
+        NoiseScaleLogger(),  # after the averaging: its numbers are the same on every rank
     ]
     if every > 0:
         log = metrics_log.log if metrics_log else None

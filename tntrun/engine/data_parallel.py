@@ -81,7 +81,9 @@ from tntrun.engine.averaging_optimizer import (
     data_parallel_class,
     is_data_parallel,
     make_plain,
+    noise_scale_of,
 )
+from tntrun.engine.noise_scale import GradientNoiseScale
 from tntrun.engine.step_agreement import StepAgreement
 
 LEGACY_PACKAGES = ("tf_keras", "tensorflow.python.keras")
@@ -178,6 +180,25 @@ def agree_after_each_step(optimizer: Any) -> StepAgreement:
     return settings.agreement
 
 
+def measure_gradient_noise(
+    optimizer: Any, small_batch: int, big_batch: int, decay: float
+) -> GradientNoiseScale:
+    """Make the data-parallel ``optimizer`` also measure the gradient noise scale
+    (:mod:`tntrun.engine.noise_scale`) in each update's allreduce. ``small_batch``: the
+    samples behind one rank's gradient per update; ``big_batch``: the global batch. Attach
+    the step agreement first: its train function checks each batch for zero weights."""
+    if not is_data_parallel(optimizer):
+        raise ValueError("measure_gradient_noise needs an optimizer made by data_parallel()")
+    settings = optimizer._data_parallel
+    if settings.traced:
+        raise ValueError("attach the noise scale before the first training step")
+    if settings.noise_scale is None:
+        settings.noise_scale = GradientNoiseScale(small_batch, big_batch, decay)
+        if settings.agreement is not None:
+            settings.agreement.batch_checks.append(settings.noise_scale.check_batch)
+    return settings.noise_scale
+
+
 def note_loss(optimizer: Any, loss: tf.Tensor, scaled: bool = False) -> None:
     """Note ``loss`` as this step's loss for the agreement (what ``scale_loss`` does), for
     steps whose loss never passes through ``optimizer.scale_loss`` outside XLA; ``scaled``:
@@ -209,7 +230,8 @@ def broadcast_state(model: Any, optimizer: Any, root_rank: int = 0) -> None:
 
     The optimizer is built on the model's trainable variables first, so its slots exist to
     be sent. Model weights are trainable and non-trainable ones (e.g. batch-norm statistics),
-    not metric state or random-seed state: each rank keeps its own dropout seeds.
+    not metric state or random-seed state: each rank keeps its own dropout seeds. The
+    gradient noise scale's averages (a restored checkpoint's) go too.
     """
     require_keras3(model, "model")
     require_keras3(optimizer, "optimizer")
@@ -219,6 +241,8 @@ def broadcast_state(model: Any, optimizer: Any, root_rank: int = 0) -> None:
     if not optimizer.built:
         optimizer.build(model.trainable_variables)
     variables: dict[int, tf.Variable] = {}
-    for variable in [*model.weights, *optimizer.variables]:
+    noise = noise_scale_of(optimizer)
+    measured = [] if noise is None else noise.state_variables()
+    for variable in [*model.weights, *optimizer.variables, *measured]:
         variables.setdefault(id(variable), _tf_variable(variable))
     hvd.broadcast_variables(list(variables.values()), root_rank=root_rank)

@@ -15,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from tntrun.contract.run_files import ENV_DRIVER_START
+from tntrun.engine.averaging_optimizer import noise_scale_of
 from tntrun.engine.collectives import means_of, weighted_vector
 from tntrun.engine.keras_internals import build_metrics
 from tntrun.engine.lr_schedule import learning_rate_of
@@ -179,9 +180,27 @@ class StepMetrics(keras.callbacks.Callback):
                     "step_loss": loss,
                     "step_lr": current_lr(self.model.optimizer),
                     "step_samples_per_s": speed,
+                    **noise_scale_metrics(self.model, prefix="step_"),
                 },
                 step,
             )
+
+
+def noise_scale_metrics(model, prefix: str = "") -> dict[str, float]:
+    """The gradient noise scale's smoothed metrics (:mod:`~tntrun.engine.noise_scale`),
+    named with ``prefix``; empty when the model's optimizer does not measure it."""
+    noise = noise_scale_of(getattr(model, "optimizer", None))
+    found = {} if noise is None else noise.metrics()
+    return {f"{prefix}{name}": value for name, value in found.items()}
+
+
+class NoiseScaleLogger(keras.callbacks.Callback):
+    """Add the gradient noise scale and the estimates it comes from to each epoch's logs
+    (the same on every rank: they are made of allreduced values)."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None:
+            logs.update(noise_scale_metrics(self.model))
 
 
 class LearningRateLogger(keras.callbacks.Callback):

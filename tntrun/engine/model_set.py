@@ -18,6 +18,7 @@ from tntrun.engine import data_parallel as dp
 from tntrun.engine import precision
 from tntrun.engine.compile_args import CompileArgs, compile_arguments, states_from_logits
 from tntrun.engine.lr_schedule import PlannedSchedule
+from tntrun.engine.noise_scale import GradientNoiseScale
 from tntrun.engine.optimizers import build_optimizer
 from tntrun.engine.output_kind import outputs_probabilities, quiet_keras_logits_warning
 from tntrun.engine.output_metrics import per_output
@@ -58,12 +59,32 @@ def build_model_and_optimizer(plan: Plan, info: DatasetInfo) -> RankModel:
         backward_passes_per_step=plan.backward_passes_per_step,
     )
     agreement = dp.agree_after_each_step(optimizer)  # for the non-finite and preemption guards
+    measure_noise_scale(optimizer, plan)
     # Horovod's ops are not XLA ops: train.jit_compile compiles the model's part alone.
     model.compile(optimizer=optimizer, jit_compile=False, **per_output(spec.arguments, model))
     if plan.jit_compile:
         precision.compile_gradients_with_xla(model)
     restore_and_broadcast(model, optimizer, plan)
     return RankModel(model, optimizer, agreement)
+
+
+def measure_noise_scale(optimizer: Any, plan: Plan) -> GradientNoiseScale | None:
+    """``train.gradient_noise_scale``: measured in the gradients' allreduce when there are
+    two ranks or more; with one, rank 0 says in one line why there is no such metric."""
+    train = plan.settings.train
+    if not train.gradient_noise_scale:
+        return None
+    if plan.world_size < 2:
+        if hvd.rank() == 0:
+            print(
+                "tntrun: gradient noise scale: not measured with 1 rank (it compares each "
+                "rank's gradient with their average; train.gradient_noise_scale=false quiets this)",
+                flush=True,
+            )
+        return None
+    small_batch = plan.micro_batch_size * plan.backward_passes_per_step
+    big_batch = plan.effective_batch_size  # the global batch of one update
+    return dp.measure_gradient_noise(optimizer, small_batch, big_batch, train.gradient_noise_ema)
 
 
 def announce(spec: CompileArgs, target: str, probabilities: bool) -> None:

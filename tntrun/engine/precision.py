@@ -30,7 +30,9 @@ import keras
 import tensorflow as tf
 
 from tntrun.engine import keras_internals
+from tntrun.engine.averaging_optimizer import noise_scale_of
 from tntrun.engine.data_parallel import is_data_parallel, note_loss
+from tntrun.engine.noise_scale import CHECKPOINT_KEY as NOISE_KEY
 
 # train.precision -> the dtype layers compute in (the matmul peak of MFU is measured in it).
 COMPUTE_DTYPES = {"float32": "float32", "mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}
@@ -174,8 +176,21 @@ def loss_scale_metrics(optimizer: Any) -> dict[str, float]:
 
 
 def state_checkpoint(model: Any, optimizer: Any) -> tf.train.Checkpoint:
-    """The checkpoint of ``model`` and ``optimizer``: the state a run saves and resumes."""
-    return tf.train.Checkpoint(model=model, optimizer=optimizer)
+    """The checkpoint of ``model`` and ``optimizer``: the state a run saves and resumes
+    (with the gradient noise scale's averages, when the optimizer measures it)."""
+    return tf.train.Checkpoint(model=model, optimizer=optimizer, **_noise_scale_child(optimizer))
+
+
+def _noise_scale_child(optimizer: Any, saved: Sequence[str] | None = None) -> dict[str, Any]:
+    """The noise scale's checkpoint child, if ``optimizer`` measures it (and, given the
+    ``saved`` variable names, only if the checkpoint has it: an older one, or one of a run
+    of one rank, leaves the averages at their start)."""
+    noise = noise_scale_of(optimizer)
+    if noise is None:
+        return {}
+    if saved is not None and not any(name.startswith(f"{NOISE_KEY}/") for name in saved):
+        return {}
+    return {NOISE_KEY: noise}
 
 
 class _Children(tf.__internal__.tracking.Trackable):
@@ -200,7 +215,8 @@ def read_checkpoint(model: Any, optimizer: Any, prefix: str) -> None:
         target = optimizer.inner_optimizer
     elif saved_scaled and not is_loss_scaled(optimizer):
         target = _Children({"inner_optimizer": optimizer})
-    state_checkpoint(model, target).read(prefix).assert_existing_objects_matched()
+    children = {"model": model, "optimizer": target, **_noise_scale_child(optimizer, names)}
+    tf.train.Checkpoint(**children).read(prefix).assert_existing_objects_matched()
 
 
 def compile_gradients_with_xla(model: Any) -> None:

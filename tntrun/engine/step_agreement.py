@@ -5,6 +5,7 @@ gradients' own allreduce rather than a collective of its own (see
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import keras
@@ -42,6 +43,8 @@ class StepAgreement(keras.callbacks.Callback):
         self.averaged = tf.Variable([0.0] * 4, trainable=False, name="tntrun_step_agreement")
         self.loss, self.stop, self.bad_data, self.user_stop = 0.0, False, False, False
         self._from_step: tf.Tensor | None = None  # the output of the last step run by fit
+        # More checks of each training batch inside the step (the noise scale's padding check).
+        self.batch_checks: list[Callable[[Any], None]] = []
 
     def request_stop(self) -> None:
         """This rank asks to stop; the ranks learn it together at the next update."""
@@ -83,6 +86,8 @@ class StepAgreement(keras.callbacks.Callback):
 
         def step_with_agreement(data):
             self.check_batch(data)
+            for check in self.batch_checks:
+                check(data)
             logs = step(data)
             if isinstance(logs, dict):  # read after the update: automatic control dependencies
                 logs = {**logs, _AGREEMENT_LOG: self.averaged.read_value()}
