@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 
 from tntrun.planning.plan import Plan
 
+NOISE_SCALE = "gradient_noise_scale"  # the metric: B_simple, smoothed, logged by rank 0
 BATCH_MULTIPLES = (2, 4)  # the larger global batches the advice speaks of
 
 
@@ -67,12 +68,12 @@ def noise_scale_problem(noise_scale: float | None) -> str | None:
     positive (its |G|^2 estimate fell below zero: the gradient is lost in its noise,
     typical early in training or when the estimate has seen too few steps)."""
     if noise_scale is None:
-        return "the run logged no gradient_noise_scale"
+        return f"the run logged no {NOISE_SCALE}"
     if not math.isfinite(noise_scale):
-        return f"gradient_noise_scale is {noise_scale} (a non-finite gradient norm)"
+        return f"{NOISE_SCALE} is {noise_scale} (a non-finite gradient norm)"
     if noise_scale <= 0:
         return (
-            f"gradient_noise_scale is {noise_scale:.3g}: the squared gradient's estimate is not "
+            f"{NOISE_SCALE} is {noise_scale:.3g}: the squared gradient's estimate is not "
             "above its noise (early in training, or too few steps to average)"
         )
     return None
