@@ -7,7 +7,9 @@ run under ``report/``. Scaling efficiency of a child with world size N is
 T_N / ((N / N_0) x T_0), with T the steady-state throughput (samples/s) and
 N_0, T_0 those of the sweep's smallest world size (the median when several
 children share it). Jobs that differ only by ``seed`` also get their mean and spread
-per configuration (``seeds.md``, :mod:`~tntrun.tracking.seed_groups`).
+per configuration (``seeds.md``, :mod:`~tntrun.tracking.seed_groups`). A sweep over the
+global batch also gets each run's measured steps to a common training loss next to the
+gradient noise scale's prediction (:mod:`~tntrun.tracking.batch_sweep`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tntrun.tracking import RunSummary, Tracker, TrackerSettings, children_of, tracker_for
+from tntrun.tracking.batch_sweep import steps_to_loss
 from tntrun.tracking.seed_groups import seed_groups, seeds_markdown
 from tntrun.tracking.sweep_parent import parent_run_id
 
@@ -39,6 +42,9 @@ COLUMNS = (
     "scaling_efficiency",
     "val_accuracy",
     "val_loss",
+    "gradient_noise_scale",
+    "steps_to_target",  # optimizer steps to the sweep's common training loss (batch_sweep)
+    "predicted_steps",  # the same, predicted from the gradient noise scale
 )
 
 
@@ -72,6 +78,18 @@ def rows_of(children: Iterable[RunSummary]) -> list[dict[str, Any]]:
                 r["world_size"] / base_size * base
             )
     return rows
+
+
+def add_steps_to_loss(rows: list[dict[str, Any]], children: Sequence[RunSummary]) -> str:
+    """Fill in each row's measured and predicted steps to the sweep's common training loss;
+    the report's section on them (empty: not a sweep over the global batch)."""
+    steps = steps_to_loss(children)
+    if steps is None:
+        return ""
+    for row in rows:
+        measured, predicted = steps.steps.get(row["run_id"], (None, None))
+        row["steps_to_target"], row["predicted_steps"] = measured, predicted
+    return f"\n## Steps to a common training loss\n\n{steps.note()}\n"
 
 
 def _markdown(rows: list[dict[str, Any]]) -> str:
@@ -109,11 +127,12 @@ def write_report(tracker: Tracker, children: Sequence[RunSummary], out_dir: Path
     """Write the table and plots for ``children`` and log them to the parent run."""
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = rows_of(children)
+    steps_note = add_steps_to_loss(rows, children)
     with (out_dir / "report.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
-    markdown = _markdown(rows)
+    markdown = _markdown(rows) + steps_note
     groups = seed_groups(children)
     if groups:  # repeats: the mean and spread over seeds of each configuration
         (out_dir / "seeds.md").write_text(seeds_markdown(groups))
