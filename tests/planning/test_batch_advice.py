@@ -41,7 +41,6 @@ def test_the_batch_line_reads_the_figures_with_their_units():
 @pytest.mark.parametrize(
     ("value", "why"),
     [
-        (None, "logged no gradient_noise_scale"),
         (math.nan, "is nan"),
         (math.inf, "is inf"),
         (0.0, "not above its noise"),
@@ -56,6 +55,13 @@ def test_nonsense_is_refused_with_its_reason(compose_cfg, value, why):
     assert advice.lines() == [
         f"no batch advice: not measured reliably: {noise_scale_problem(value)}"
     ]
+
+
+def test_a_run_that_logged_no_noise_scale_says_so(compose_cfg):
+    assert "logged no gradient_noise_scale" in noise_scale_problem(None)
+    advice = advise(plan_for(compose_cfg, "ranks_per_node=2"), None)
+    assert isinstance(advice, NoAdvice)
+    assert advice.reason.endswith("(train.gradient_noise_scale=false turns it off)")
 
 
 def test_one_rank_says_why_nothing_is_advised(compose_cfg):

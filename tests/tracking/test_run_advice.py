@@ -86,7 +86,8 @@ def test_one_rank_and_an_unmeasured_run_say_why(tmp_path, compose_cfg):
     assert "not measured on one rank" in advice_lines(one, RunStatus.FINISHED)[0]
     off = run_dir_of(tmp_path / "off", compose_cfg, [None, None], "ranks_per_node=2")
     assert advice_lines(off, RunStatus.FINISHED) == [
-        "no batch advice: not measured reliably: the run logged no gradient_noise_scale"
+        "no batch advice: the run logged no gradient_noise_scale "
+        "(train.gradient_noise_scale=false turns it off)"
     ]
 
 

@@ -50,10 +50,13 @@ def advise(
             "the gradient noise scale is not measured on one rank (it compares each rank's "
             "gradient with their average)"
         )
+    if noise_scale is None:
+        return NoAdvice(
+            f"the run logged no {NOISE_SCALE} (train.gradient_noise_scale=false turns it off)"
+        )
     problem = noise_scale_problem(noise_scale)
     if problem is not None:
         return NoAdvice(f"not measured reliably: {problem}")
-    assert noise_scale is not None
     advice = BatchAdvice(noise_scale, plan.effective_batch_size, plan.micro_batch_size)
     if not step_times:
         return advice
