@@ -1,6 +1,5 @@
 """The README stays a short entry point; the reference in docs/ builds without a broken link."""
 
-import importlib.util
 import re
 import shutil
 import tomllib
@@ -12,7 +11,7 @@ from mkdocs.commands.build import build
 from mkdocs.config import load_config
 from mkdocs.exceptions import Abort
 
-from tests.helpers.paths import ROOT
+from tests.helpers.paths import ROOT, script_module
 
 README = ROOT / "README.md"
 README_MAX_LINES = 200
@@ -95,18 +94,9 @@ def test_the_layers_in_development_md_are_the_import_contracts():
     assert documented == contract_layers(), "docs/development.md's Layers block: update it"
 
 
-def development_doc():
-    """scripts/development_doc.py as a module (scripts/ is not a package)."""
-    path = ROOT / "scripts" / "development_doc.py"
-    spec = importlib.util.spec_from_file_location("development_doc", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_layout_in_development_md_is_made_from_the_docstrings():
     """Each module's docstring says what it is for; the Layout block is made from them."""
-    doc = development_doc()
+    doc = script_module("development_doc")
     current = doc.DOC.read_text()
     assert doc.with_block(current, doc.layout_block()) == current, (
         "docs/development.md's Layout block is stale: python scripts/development_doc.py"
@@ -115,7 +105,7 @@ def test_the_layout_in_development_md_is_made_from_the_docstrings():
 
 def test_a_module_without_a_docstring_shows_as_a_bare_name(tmp_path):
     """The generator reads docstrings, not the doc's old text: the check can fail."""
-    doc = development_doc()
+    doc = script_module("development_doc")
     package = tmp_path / "pkg"
     package.mkdir()
     (package / "__init__.py").write_text('"""A package. More."""\n')

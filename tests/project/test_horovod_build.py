@@ -9,7 +9,6 @@ the slow one runs a user's Horovod script on two ranks, which only the patches m
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import sys
 import tarfile
@@ -18,7 +17,7 @@ import pytest
 
 from tests.helpers.asserts import assert_succeeded
 from tests.helpers.commands import run_on_two_ranks
-from tests.helpers.paths import RANK_SCRIPTS, ROOT
+from tests.helpers.paths import RANK_SCRIPTS, ROOT, script_module
 from tests.helpers.stack import horovod_wheel, tensorflow_version
 
 PATCHES = ROOT / "scripts" / "horovod"
@@ -26,15 +25,7 @@ SERIES = (PATCHES / "series").read_text()
 PYTHON = ".".join(map(str, sys.version_info[:2]))
 
 
-def load_build_script():
-    path = ROOT / "scripts" / "build_horovod.py"
-    spec = importlib.util.spec_from_file_location("build_horovod", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-build = load_build_script()
+build = script_module("build_horovod")
 XLA, BROADCAST, DISTUTILS, STREAM = (
     "tf2.19-leave-out-xla-ops.patch",
     "keras3-broadcast-variables.patch",
