@@ -12,7 +12,7 @@ import pytest
 from tntrun.contract.metrics import MetricsWriter
 from tntrun.tracking import RunSummary
 from tntrun.tracking.batch_sweep import epoch_losses, fitted_steps, steps_to, steps_to_loss
-from tntrun.tracking.report import _markdown, add_steps_to_loss, rows_of
+from tntrun.tracking.report import _markdown, add_steps_to_loss, plot_steps_to_loss, rows_of
 
 NOISE_SCALE = 100.0
 S_MIN = 50.0
@@ -84,6 +84,8 @@ def test_a_batch_sweep_reports_measured_steps_next_to_the_prediction(tmp_path):
     table = _markdown(rows)
     assert "steps_to_target | predicted_steps |" in table.splitlines()[0]
     assert "| 90 | 248 | 24" in table  # batch 32: B_simple 90, 1.2 x 206.25 steps
+    plot = plot_steps_to_loss(rows, tmp_path / "steps_to_target.png")
+    assert plot.read_bytes()[:4] == b"\x89PNG"
 
 
 def test_gradient_accumulation_counts_updates_and_their_samples(tmp_path):

@@ -123,6 +123,35 @@ def _plot(rows: list[dict[str, Any]], key: str, label: str, path: Path) -> Path:
     return path
 
 
+def plot_steps_to_loss(rows: list[dict[str, Any]], path: Path) -> Path:
+    """Measured and predicted steps to the common loss against the batch (log-log)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    measured = sorted(
+        ((int(r["global_batch_size"]), r) for r in rows if r.get("steps_to_target") is not None),
+        key=lambda pair: pair[0],
+    )
+    fig, ax = plt.subplots(figsize=(5, 3.5), dpi=100)
+    batches = [batch for batch, _ in measured]
+    ax.plot(batches, [r["steps_to_target"] for _, r in measured], "o", label="measured")
+    predicted = [(b, r["predicted_steps"]) for b, r in measured if r.get("predicted_steps")]
+    if predicted:
+        ax.plot(*zip(*predicted, strict=True), "-", label="S_min (1 + B_noise / B)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("global batch (samples)")
+    ax.set_ylabel("optimizer steps to the common loss")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
 def write_report(tracker: Tracker, children: Sequence[RunSummary], out_dir: Path) -> Path:
     """Write the table and plots for ``children`` and log them to the parent run."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -144,6 +173,8 @@ def write_report(tracker: Tracker, children: Sequence[RunSummary], out_dir: Path
         ("scaling_efficiency", "scaling efficiency"),
     ):
         _plot(rows, key, label, out_dir / f"{key}.png")
+    if steps_note:
+        plot_steps_to_loss(rows, out_dir / "steps_to_target.png")
     tracker.log_artifact(out_dir, "report")
     return out_dir
 
