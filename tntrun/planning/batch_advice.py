@@ -138,10 +138,14 @@ class BatchAdvice:
         times = ", ".join(f"{where(row)} {duration(row.time_s)}" for row in self.node_times)
         best = self.fastest
         assert best is not None
-        return (
+        line = (
             f"predicted time to this run's loss at micro-batch {self.micro_batch}: {times}; "
             f"fastest on {where(best)} ({duration(best.time_s)}, global batch {best.batch})"
         )
+        now = next((row for row in self.node_times if row.batch == self.batch), None)
+        if now is not None and now is not best:
+            line += f", {now.time_s / best.time_s:.2g}x sooner than on this run's {where(now)}"
+        return line
 
 
 def node_times(
