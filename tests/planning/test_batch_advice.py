@@ -12,6 +12,7 @@ from tntrun.planning.batch_advice import (
     NoAdvice,
     advise,
     duration,
+    final_noise_scale,
     noise_scale_problem,
     samples,
     steps_factor,
@@ -43,8 +44,8 @@ def test_the_batch_line_reads_the_figures_with_their_units():
     [
         (math.nan, "is nan"),
         (math.inf, "is inf"),
-        (0.0, "not above its noise"),
-        (-35.0, "-35: the squared gradient's estimate is not above its noise"),
+        (0.0, "is 0: its estimates of |G|^2 and tr(Sigma) are not both above zero"),
+        (-35.0, "is -35: its estimates"),
     ],
 )
 def test_nonsense_is_refused_with_its_reason(compose_cfg, value, why):
@@ -55,6 +56,17 @@ def test_nonsense_is_refused_with_its_reason(compose_cfg, value, why):
     assert advice.lines() == [
         f"no batch advice: not measured reliably: {noise_scale_problem(value)}"
     ]
+
+
+def test_the_final_noise_scale_is_the_ratio_of_the_last_estimates():
+    last = {"gradient_noise_scale": 300.0, "gns_gradient_sq": 0.5, "gns_trace": 200.0}
+    assert final_noise_scale(last) == 400.0  # the last epoch's, not an earlier epoch's ratio
+    # The last |G|^2 estimate not positive: the run left gradient_noise_scale out, the advice
+    # refuses the ratio rather than read an older epoch's value.
+    assert final_noise_scale({**last, "gns_gradient_sq": -0.5}) == -400.0
+    assert final_noise_scale({**last, "gns_gradient_sq": 0.0}) == 0.0
+    assert final_noise_scale({"gradient_noise_scale": 300.0}) == 300.0
+    assert final_noise_scale({"loss": 0.1}) is None
 
 
 def test_a_run_that_logged_no_noise_scale_says_so(compose_cfg):

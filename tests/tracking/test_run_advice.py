@@ -81,6 +81,17 @@ def test_a_noise_scale_that_cannot_be_read_says_why(tmp_path, compose_cfg):
     )
 
 
+def test_a_last_epoch_without_a_positive_gradient_estimate_is_not_read_from_an_older_one(
+    tmp_path, compose_cfg
+):
+    run_dir = run_dir_of(tmp_path, compose_cfg, [150.0], "ranks_per_node=2")
+    writer = MetricsWriter(run_dir)  # the next epoch: |G|^2 below zero, no ratio logged
+    writer.log({"loss": 0.3, "gns_gradient_sq": -0.02, "gns_trace": 4.0}, 1)
+    writer.close()
+    (line,) = advice_lines(run_dir, RunStatus.FINISHED)
+    assert line.startswith("no batch advice: not measured reliably: gradient_noise_scale is -200:")
+
+
 def test_one_rank_and_an_unmeasured_run_say_why(tmp_path, compose_cfg):
     one = run_dir_of(tmp_path / "one", compose_cfg, [None], "ranks_per_node=1")
     assert "not measured on one rank" in advice_lines(one, RunStatus.FINISHED)[0]

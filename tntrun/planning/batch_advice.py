@@ -20,12 +20,15 @@ read here is what holds near the run's end, and the figures are estimates of tha
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from tntrun.planning.plan import Plan
 
 NOISE_SCALE = "gradient_noise_scale"  # the metric: B_simple, smoothed, logged by rank 0
+# The smoothed estimates it is the ratio of, logged with it (it is left out while the
+# first is not positive): |G|^2 and tr(Sigma).
+GRADIENT_SQ, TRACE = "gns_gradient_sq", "gns_trace"
 BATCH_MULTIPLES = (2, 4)  # the larger global batches the advice speaks of
 
 
@@ -66,9 +69,19 @@ def advise(
     return replace(advice, node_times=times)
 
 
+def final_noise_scale(metrics: Mapping[str, float]) -> float | None:
+    """B_simple as a run's last logged estimates give it: their ratio (not positive when
+    the |G|^2 estimate is not, where the run logged no ``gradient_noise_scale``), else the
+    last ``gradient_noise_scale``; None: the run measured none."""
+    gradient_sq, trace = metrics.get(GRADIENT_SQ), metrics.get(TRACE)
+    if gradient_sq is None or trace is None:
+        return metrics.get(NOISE_SCALE)
+    return trace / gradient_sq if gradient_sq else 0.0
+
+
 def noise_scale_problem(noise_scale: float | None) -> str | None:
     """Why a measured B_simple cannot be read (None: it can): missing, not finite, or not
-    positive (its |G|^2 estimate fell below zero: the gradient is lost in its noise,
+    positive (its |G|^2 estimate at or below zero: the gradient is lost in its noise,
     typical early in training or when the estimate has seen too few steps)."""
     if noise_scale is None:
         return f"the run logged no {NOISE_SCALE}"
@@ -76,8 +89,8 @@ def noise_scale_problem(noise_scale: float | None) -> str | None:
         return f"{NOISE_SCALE} is {noise_scale} (a non-finite gradient norm)"
     if noise_scale <= 0:
         return (
-            f"{NOISE_SCALE} is {noise_scale:.3g}: the squared gradient's estimate is not "
-            "above its noise (early in training, or too few steps to average)"
+            f"{NOISE_SCALE} is {noise_scale:.3g}: its estimates of |G|^2 and tr(Sigma) are "
+            "not both above zero (early in training, or too few steps to average)"
         )
     return None
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tntrun.contract import run_files
 from tntrun.contract.metrics import parse_lines
-from tntrun.planning.batch_advice import NOISE_SCALE, noise_scale_problem
+from tntrun.planning.batch_advice import final_noise_scale, noise_scale_problem
 from tntrun.tracking import RunSummary
 
 LOSS = "loss"  # rank 0's per-epoch training loss, averaged over the epoch and the ranks
@@ -116,7 +116,7 @@ def predicted_table(
 
 def sweep_noise_scale(runs: Sequence[RunSummary]) -> float | None:
     """The median of the runs' final noise scales that can be read (None: none can)."""
-    values = [run.metrics.get(NOISE_SCALE) for run in runs]
+    values = [final_noise_scale(run.metrics) for run in runs]
     usable = [value for value in values if noise_scale_problem(value) is None]
     return statistics.median(usable) if usable else None
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from tntrun.contract import run_files
 from tntrun.contract.metrics import last_values
 from tntrun.contract.run_status import RunStatus
-from tntrun.planning.batch_advice import NOISE_SCALE, BatchAdvice, NoAdvice, advise
+from tntrun.planning.batch_advice import BatchAdvice, NoAdvice, advise, final_noise_scale
 from tntrun.planning.plan import Plan
 from tntrun.planning.scaling_model import parse_csv
 
@@ -23,7 +23,7 @@ ADVICE_TAG = "batch_advice"
 def run_advice(run_dir: Path, plan: Plan) -> BatchAdvice | NoAdvice:
     """The advice of the run of ``plan`` in ``run_dir``: its last logged noise scale, and the
     time to its loss per node count where ``predict_scaling=true`` wrote a prediction."""
-    noise_scale = last_values(run_dir / run_files.METRICS).get(NOISE_SCALE)
+    noise_scale = final_noise_scale(last_values(run_dir / run_files.METRICS))
     return advise(plan, noise_scale, predicted_step_times(run_dir))
 
 
