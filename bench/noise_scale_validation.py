@@ -11,9 +11,10 @@ to the target loss are the first step at which the loss, averaged over a centred
 about `--window-samples` samples (so every batch's average is as noisy), is at or below the
 target. Fitting McCandlish et al.'s S(B) = S_min (1 + B_crit / B), i.e.
 S/S_min - 1 = (E/E_min - 1)^-1 with E = S B the samples, to the (B, S) pairs (least squares
-on log S) gives B_crit. Each run's B_simple is its `gradient_noise_scale` of the epoch in
-which it reached the target (the noise scale grows as the loss falls: compare them at the
-same loss); their median is compared with B_crit. The paper's own agreement, and the
+on log S) gives B_crit. Each run's B_simple is the one logged with its step metrics at the
+step it reached the target (`step_gns_trace / step_gns_gradient_sq`, smoothed over the
+steps before; the noise scale grows as the loss falls: compare them at the same loss);
+their median is compared with B_crit. The paper's own agreement, and the
 target here: within a factor of 3. Runs that never reach the target are listed and left
 out of the fit (raise `--base-epochs`: a run of batch B trains base x max(1, B / 64)
 epochs). The fitting is pure and unit-tested (tests/project/test_noise_scale_fit.py).
@@ -119,14 +120,21 @@ class RunRecord:
     """What one run left in its directory that the validation needs."""
 
     batch: int
-    steps_per_epoch: int
     losses: Losses
-    noise_scales: dict[int, float]  # epoch -> gradient_noise_scale
+    noise_scales: dict[int, float]  # training step -> B_simple logged with the step metrics
 
     def noise_scale_at(self, step: int) -> float | None:
-        """B_simple of the epoch in which training step ``step`` fell."""
-        epoch = (step - 1) // self.steps_per_epoch
-        return self.noise_scales.get(epoch)
+        """B_simple as smoothed up to training step ``step`` (None: not logged then)."""
+        return self.noise_scales.get(step)
+
+
+def step_noise_scale(metrics: dict[str, float]) -> float | None:
+    """B_simple of a step line: the ratio of its smoothed estimates (the line has no
+    ``step_gradient_noise_scale`` while the |G|^2 estimate is not positive)."""
+    gradient_sq, trace = metrics.get("step_gns_gradient_sq"), metrics.get("step_gns_trace")
+    if gradient_sq is None or trace is None:
+        return None
+    return trace / gradient_sq if gradient_sq > 0 else math.nan
 
 
 def read_run(run_dir: Path) -> RunRecord:
@@ -138,9 +146,9 @@ def read_run(run_dir: Path) -> RunRecord:
         metrics, step = record["metrics"], int(record["step"])
         if "step_loss" in metrics:
             losses.append((step, float(metrics["step_loss"])))
-        if "gradient_noise_scale" in metrics and "loss" in metrics:  # an epoch's line
-            noise[step] = float(metrics["gradient_noise_scale"])
-    return RunRecord(int(plan["global_batch_size"]), int(plan["steps_per_epoch"]), losses, noise)
+        if (noise_scale := step_noise_scale(metrics)) is not None:
+            noise[step] = noise_scale
+    return RunRecord(int(plan["global_batch_size"]), losses, noise)
 
 
 def train(work: Path, overrides: Sequence[str], batch: int, epochs: int) -> RunRecord:

@@ -13,6 +13,7 @@ from bench.noise_scale_validation import (
     agreement,
     centred_mean,
     fit_critical_batch,
+    step_noise_scale,
     steps_to_target,
     validate,
 )
@@ -56,6 +57,13 @@ def test_steps_to_target_smooth_over_as_many_samples_at_every_batch():
     assert centred_mean([(1, 1.0), (2, 3.0), (3, 5.0)], 1) == [(1, 2.0), (2, 3.0), (3, 4.0)]
 
 
+def test_a_step_line_gives_the_ratio_of_its_smoothed_estimates():
+    line = {"step_loss": 0.3, "step_gns_gradient_sq": 0.02, "step_gns_trace": 5.0}
+    assert step_noise_scale(line) == pytest.approx(250.0)
+    assert math.isnan(step_noise_scale({**line, "step_gns_gradient_sq": -0.02}))
+    assert step_noise_scale({"step_loss": 0.3}) is None
+
+
 def test_the_verdict_is_the_papers_factor_of_three():
     assert agreement(300, 120) == "B_simple / B_crit = 2.50: within a factor of 3"
     assert agreement(30, 120).endswith("NOT within a factor of 3")
@@ -65,9 +73,7 @@ def test_a_workload_table_from_runs_that_follow_the_model():
     def record(batch: int) -> RunRecord:
         steps = round(50 * (1 + 200 / batch))
         losses = [(s, 1 - 0.5 * s / steps) for s in range(1, 2 * steps)]  # 0.5 at `steps`
-        per_epoch = max(1, 1438 // batch)
-        noise = {epoch: 150.0 for epoch in range(2 * steps // per_epoch + 1)}
-        return RunRecord(batch, per_epoch, losses, noise)
+        return RunRecord(batch, losses, {s: 150.0 for s, _ in losses})
 
     lines = validate("mlp", [record(b) for b in BATCHES], target=0.5, window=0)
     assert lines[0] == "### mlp: steps to a training loss of 0.5"
