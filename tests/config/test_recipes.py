@@ -13,6 +13,8 @@ from tests.helpers.commands import tntrun_cli
 from tests.helpers.plans import plan_for
 from tests.helpers.runs import run_dir_of, store_uri
 from tntrun.planning.plan import DatasetInfo, MachineFacts
+from tntrun.planning.schedules import learning_rate
+from tntrun.planning.view import render_plan
 
 IMAGENET = DatasetInfo(1_281_167, 50_000, (224, 224, 3), 1000)
 SEED_LAYOUT = ("nodes=2", "gpus=4", "hosts=[a,b]", "global_batch_size=512")
@@ -43,6 +45,58 @@ def test_a_one_epoch_smoke_run_keeps_the_recipes_schedule(compose_cfg):
     assert (plan.epochs, plan.schedule_epochs, plan.stops_early) == (1, 90, True)
     assert plan.total_steps == steps and plan.schedule.total_steps == 90 * steps
     assert plan.schedule.warmup_steps == 5 * steps and plan.scaled_lr == pytest.approx(0.2)
+
+
+# The LARS ResNet-50 schedule per global batch (You et al.'s rule, the reference's numbers:
+# conf/experiment/resnet50_imagenet_lars.yaml names the sources): batch -> (peak LR, warmup
+# epochs, the overrides that choose it).
+LARS_BATCHES = {
+    32768: (32.0, 14, ()),
+    16384: (
+        25.0,
+        5,
+        ("optimizer.base_lr=25", "optimizer.base_batch_size=16384", "schedule.warmup_epochs=5"),
+    ),
+    8192: (
+        10.0,
+        5,
+        ("optimizer.base_lr=10", "optimizer.base_batch_size=8192", "schedule.warmup_epochs=5"),
+    ),
+}
+
+
+@pytest.mark.parametrize("batch", sorted(LARS_BATCHES))
+def test_resnet50_imagenet_lars_plans_the_lars_schedule_at_8k_16k_32k(compose_cfg, batch):
+    peak, warmup_epochs, overrides = LARS_BATCHES[batch]
+    recipe = ("experiment=resnet50_imagenet_lars", "dataset.data_dir=/data", *SEED_LAYOUT[:3])
+    chosen = (*recipe, f"global_batch_size={batch}", *overrides)
+    plan = plan_for(compose_cfg, *chosen, data=IMAGENET, facts=MachineFacts(cores_per_node=32))
+    steps = 1_281_167 // batch
+    assert plan.settings.optimizer.name == "lars" and plan.scaled_lr == pytest.approx(peak)
+    s = plan.schedule
+    assert (s.name, s.power, s.final_lr, s.warmup_start_lr) == ("warmup_poly", 2.0, 0.0, 0.0)
+    assert s.warmup_steps == warmup_epochs * steps and s.total_steps == 90 * steps
+    arguments = plan.settings.optimizer.arguments
+    assert (arguments["momentum"], arguments["weight_decay"]) == (0.9, 1e-4)
+    assert arguments["trust_coefficient"] == 0.001 and arguments["exclude_bias_and_norm"]
+    assert plan.settings.model["weight_decay"] == 0.0  # decayed by LARS, not twice
+    lr = learning_rate(
+        np.array([s.warmup_steps, s.warmup_steps + (s.total_steps - s.warmup_steps) // 2]), s
+    )
+    assert lr[0] == pytest.approx(peak) and lr[1] == pytest.approx(peak / 4, rel=1e-3)
+    assert not any("global batch" in note for note in plan.notes())  # the rule for it
+
+
+def test_resnet50_imagenet_lars_dry_run_table_shows_the_schedule(compose_cfg):
+    recipe = ("experiment=resnet50_imagenet_lars", "dataset.data_dir=/data", *SEED_LAYOUT[:3])
+    plan = plan_for(compose_cfg, *recipe, data=IMAGENET, facts=MachineFacts(cores_per_node=32))
+    table = [line.split("  ", 1) for line in render_plan(plan).splitlines() if "  " in line]
+    rows = {what.strip(): value.strip() for what, value in table}
+    steps = 1_281_167 // 32768
+    assert rows["global batch"] == "32768 = 8 x 4096 (micro-batch)"
+    assert rows["scaled LR"] == "32 (linear scaling to batch 32768)"
+    assert rows["warmup steps"] == f"{14 * steps} (14 epochs) from LR 0"
+    assert rows["decay"] == f"polynomial, power 2, to LR 0 at step {90 * steps} (epoch 90)"
 
 
 @pytest.mark.slow

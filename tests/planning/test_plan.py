@@ -153,6 +153,18 @@ def test_cosine_ends_at_the_final_fraction(compose_cfg):
     assert learning_rate(s.total_steps, s) == pytest.approx(0.1 * plan.scaled_lr)
 
 
+def test_poly_decays_by_its_power_to_the_final_fraction(compose_cfg):
+    overrides = ("schedule=warmup_poly", "schedule.warmup_epochs=1", "schedule.decay_power=3")
+    plan = plan_for(compose_cfg, *overrides, "schedule.final_lr_fraction=0.1")
+    s, peak = plan.schedule, plan.scaled_lr
+    span = s.total_steps - s.warmup_steps
+    quarter = s.warmup_steps + span // 4
+    expected = 0.1 * peak + 0.9 * peak * (1 - (span // 4) / span) ** 3
+    assert learning_rate(s.warmup_steps, s) == pytest.approx(peak)
+    assert learning_rate(quarter, s) == pytest.approx(expected, rel=1e-9)
+    assert learning_rate(s.total_steps, s) == pytest.approx(0.1 * peak)
+
+
 def test_epoch_values_follow_the_real_steps_per_epoch(compose_cfg):
     for batch in (32, 128):
         plan = plan_for(

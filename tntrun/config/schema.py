@@ -32,6 +32,7 @@ class ScheduleName(Enum):
     constant = "constant"
     warmup_piecewise = "warmup_piecewise"
     warmup_cosine = "warmup_cosine"
+    warmup_poly = "warmup_poly"
     inverse_sqrt = "inverse_sqrt"
 
 
@@ -122,6 +123,20 @@ class SgdOptimizer(OptimizerBase):
 
 
 @dataclass
+class LarsOptimizer(OptimizerBase):
+    """tntrun's LARS (``tntrun.engine.lars.Lars``; Keras has none): You et al. 2017's trust
+    coefficient, momentum and weight decay (inside the trust ratio) as its defaults."""
+
+    name: str = "lars"
+    momentum: float = 0.9
+    trust_coefficient: float = 0.001
+    epsilon: float = 0.0
+    # Biases and normalisation scales/offsets (rank <= 1) train by plain momentum SGD.
+    exclude_bias_and_norm: bool = True
+    weight_decay: float | None = 0.0
+
+
+@dataclass
 class RmspropOptimizer(OptimizerBase):
     name: str = "rmsprop"
     rho: float = 0.9
@@ -180,6 +195,7 @@ OPTIMIZER_SCHEMAS: dict[str, type[OptimizerBase]] = {
     "nadam": NadamOptimizer,
     "lamb": LambOptimizer,
     "sgd": SgdOptimizer,
+    "lars": LarsOptimizer,
     "rmsprop": RmspropOptimizer,
     "adagrad": AdagradOptimizer,
     "adadelta": AdadeltaOptimizer,
@@ -188,8 +204,11 @@ OPTIMIZER_SCHEMAS: dict[str, type[OptimizerBase]] = {
     "ftrl": FtrlOptimizer,
 }
 # The ones that adapt a step per weight: square-root LR scaling is the usual rule for them
-# (plain SGD with momentum is the one the linear rule of Goyal et al. was shown for).
-ADAPTIVE_OPTIMIZERS = frozenset(OPTIMIZER_SCHEMAS) - {"sgd"}
+# (SGD with momentum is the one the linear rule of Goyal et al. was shown for; LARS is SGD
+# with a trust ratio per layer, scaled linearly by You et al.).
+ADAPTIVE_OPTIMIZERS = frozenset(OPTIMIZER_SCHEMAS) - {"sgd", "lars"}
+# The layer-wise adaptive ones (a trust ratio per layer): what large batches train with.
+LAYER_WISE_OPTIMIZERS = frozenset({"lars", "lamb"})
 
 
 @dataclass
@@ -208,8 +227,11 @@ class ScheduleConfig:
     warmup_start_lr: float | None = None
     boundaries_epochs: list[float] = field(default_factory=list)
     decay_rate: float = 0.1
-    # warmup_cosine: final LR as a fraction of the scaled LR.
+    # warmup_cosine, warmup_poly: final LR as a fraction of the scaled LR.
     final_lr_fraction: float = 0.0
+    # warmup_poly: the power of the polynomial decay after the warmup (You et al.'s LARS
+    # schedule: 2).
+    decay_power: float = 2.0
     # inverse_sqrt: the model width in d_model^-0.5.
     d_model: int = 512
 

@@ -1,5 +1,6 @@
 """Keras optimizers from the ``optimizer`` config group: every Keras 3 optimizer by its
-tntrun name (the schema's ``OPTIMIZER_SCHEMAS``), or the user's own class by ``_target_``."""
+tntrun name (the schema's ``OPTIMIZER_SCHEMAS``), tntrun's own LARS (Keras has none), or the
+user's own class by ``_target_``."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import keras
 from hydra.utils import get_class
 
 from tntrun.config.settings import OptimizerSettings
+from tntrun.engine.lars import Lars
 
 KERAS_OPTIMIZERS: dict[str, type[keras.optimizers.Optimizer]] = {
     "adam": keras.optimizers.Adam,
@@ -15,6 +17,7 @@ KERAS_OPTIMIZERS: dict[str, type[keras.optimizers.Optimizer]] = {
     "nadam": keras.optimizers.Nadam,
     "lamb": keras.optimizers.Lamb,
     "sgd": keras.optimizers.SGD,
+    "lars": Lars,
     "rmsprop": keras.optimizers.RMSprop,
     "adagrad": keras.optimizers.Adagrad,
     "adadelta": keras.optimizers.Adadelta,

@@ -13,13 +13,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tntrun.config.schema import ADAPTIVE_OPTIMIZERS, LrScaling
 from tntrun.config.settings import Settings, plain_settings, recorded_settings, settings_of
 from tntrun.contract import run_files
 from tntrun.datasets.base import DatasetInfo
 from tntrun.errors import PlanError
 from tntrun.planning.knobs import HorovodKnob
 from tntrun.planning.layout import RankPlacement
+from tntrun.planning.lr_rules import LrRuleInputs, lr_rule_notes
 from tntrun.planning.machine import MachineFacts
 from tntrun.planning.resume import ResumePoint
 from tntrun.planning.schedules import ScheduleParams
@@ -201,7 +201,8 @@ class Plan:
 
     def notes(self) -> list[str]:
         """Legitimate but surprising things about this run, told before it starts: a smoke run
-        of a long recipe stops early, possibly inside the warmup; a knob that cannot act."""
+        of a long recipe stops early, possibly inside the warmup; an LR rule off its ground
+        (tntrun.planning.lr_rules); a knob that cannot act."""
         parts = []
         if self.stops_early:
             parts.append(
@@ -222,21 +223,24 @@ class Plan:
                 "pin_to_socket=true on nodes of one socket: every rank is bound to socket 0, "
                 "which is all of the node (sockets_per_node=1 here)"
             )
-        adaptive = self.settings.optimizer.name in ADAPTIVE_OPTIMIZERS
-        scaled = self.effective_batch_size != self.base_batch_size
-        if adaptive and scaled and self.lr_scaling == LrScaling.linear.value:
-            notes.append(
-                f"optimizer={self.settings.optimizer.name} with schedule.scaling=linear: the "
-                f"linear rule (base_lr x {self.effective_batch_size}/{self.base_batch_size}) was "
-                "shown for SGD [Goyal et al.]; for adaptive optimizers the square-root rule is "
-                "the usual one: schedule.scaling=sqrt"
-            )
+        notes += lr_rule_notes(self.lr_rule_inputs())
         if self.gpus_per_node == 0 and self.settings.horovod.hierarchical_allreduce:
             notes.append(
                 "horovod.hierarchical_allreduce=true has no effect on CPU ranks (gpus=0): "
                 "Horovod's hierarchical allreduce is NCCL's, so the allreduce stays flat"
             )
         return notes
+
+    def lr_rule_inputs(self) -> LrRuleInputs:
+        """What the notes on the LR scaling rule read (tntrun.planning.lr_rules)."""
+        return LrRuleInputs(
+            optimizer=None if self.settings.optimizer.target else self.settings.optimizer.name,
+            scaling=self.lr_scaling,
+            effective_batch=self.effective_batch_size,
+            base_batch=self.base_batch_size,
+            scaled_lr=self.scaled_lr,
+            warmup_epochs=self.schedule.warmup_steps / self.steps_per_epoch,
+        )
 
     def summary_params(self) -> dict[str, Any]:
         """Plan values worth logging as run parameters (prefixed ``plan.``)."""

@@ -64,7 +64,7 @@ def schedule_params(
         if sched.warmup_epochs or sched.warmup_steps:
             raise PlanError(
                 "schedule.warmup_epochs has no effect with schedule.name=constant: "
-                "use schedule=warmup_piecewise or schedule=warmup_cosine"
+                "use schedule=warmup_piecewise, warmup_cosine or warmup_poly"
             )
         return ScheduleParams(name=name, peak_lr=peak_lr, total_steps=optimizer_steps)
     warmup = warmup_steps(sched, updates_per_epoch, optimizer_steps, length_key)
@@ -80,6 +80,7 @@ def schedule_params(
         decay_rate=sched.decay_rate,
         final_lr=peak_lr * sched.final_lr_fraction,
         d_model=sched.d_model,
+        power=sched.decay_power,
     )
 
 

@@ -41,11 +41,12 @@ class ScheduleParams:
     decay_rate: float = 0.1
     final_lr: float = 0.0
     d_model: int = 512
+    power: float = 2.0  # warmup_poly's decay power
 
     def key_steps(self) -> list[int]:
         """Steps worth showing in a plan table: start, warmup end, boundaries, end."""
         steps = {0, self.warmup_steps, self.total_steps - 1, *self.boundaries}
-        if self.name == "warmup_cosine":
+        if self.name in ("warmup_cosine", "warmup_poly"):
             steps.add(self.warmup_steps + (self.total_steps - self.warmup_steps) // 2)
         return sorted(s for s in steps if 0 <= s < self.total_steps)
 
@@ -67,9 +68,17 @@ def learning_rate(step: Any, p: ScheduleParams, ops: Any = NUMPY_OPS) -> Any:
             decays = decays + ops.where(step >= boundary, 1.0, 0.0)
         after = p.peak_lr * ops.power(p.decay_rate, decays)
     elif p.name == "warmup_cosine":
-        span = float(max(p.total_steps - p.warmup_steps, 1))
-        progress = ops.minimum(ops.maximum(step - p.warmup_steps, 0.0) / span, 1.0)
+        progress = _decay_progress(step, p, ops)
         after = p.final_lr + (p.peak_lr - p.final_lr) * 0.5 * (1.0 + ops.cos(math.pi * progress))
+    elif p.name == "warmup_poly":  # You et al. 2017's LARS schedule: poly(power) to final_lr
+        remaining = 1.0 - _decay_progress(step, p, ops)
+        after = p.final_lr + (p.peak_lr - p.final_lr) * ops.power(remaining, p.power)
     else:
         raise ValueError(f"schedule.name={p.name!r} is not a known schedule")
     return ops.where(step < p.warmup_steps, warming, after)
+
+
+def _decay_progress(step: Any, p: ScheduleParams, ops: Any) -> Any:
+    """How far ``step`` is from the warmup's end (0) to the schedule's end (1)."""
+    span = float(max(p.total_steps - p.warmup_steps, 1))
+    return ops.minimum(ops.maximum(step - p.warmup_steps, 0.0) / span, 1.0)

@@ -109,9 +109,23 @@ def _schedule_rows(plan: Plan) -> Rows:
         ("schedule", s.name),
     ]
 
+    rows += _warmup_and_decay_rows(plan)
+    steps = s.key_steps()
+    lrs = learning_rate(np.array(steps), s)
+    rows.append(
+        ("LR at steps", ", ".join(f"{st}: {lr:.4g}" for st, lr in zip(steps, lrs, strict=True)))
+    )
+    return rows
+
+
+def _warmup_and_decay_rows(plan: Plan) -> Rows:
+    """When the LR warms up, and how it decays after."""
+    s = plan.schedule
+
     def epochs(step: int) -> str:
         return f"{step / plan.steps_per_epoch:g}"
 
+    rows = []
     if s.warmup_steps:
         rows.append(
             (
@@ -127,11 +141,14 @@ def _schedule_rows(plan: Plan) -> Rows:
                 f"{', '.join(map(epochs, s.boundaries))}; x{s.decay_rate:g})",
             )
         )
-    steps = s.key_steps()
-    lrs = learning_rate(np.array(steps), s)
-    rows.append(
-        ("LR at steps", ", ".join(f"{st}: {lr:.4g}" for st, lr in zip(steps, lrs, strict=True)))
-    )
+    if s.name == "warmup_poly":
+        rows.append(
+            (
+                "decay",
+                f"polynomial, power {s.power:g}, to LR {s.final_lr:g} at step {s.total_steps}"
+                f" (epoch {epochs(s.total_steps)})",
+            )
+        )
     return rows
 
 
