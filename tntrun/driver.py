@@ -206,4 +206,12 @@ def run_result(outcome: Outcome, recorder: Recorder, plan: Plan, run_dir: Path) 
     code = outcome.exit_code
     if recorded.pending and code == 0:  # trained, but the record waits for `tntrun sync`
         code = EXIT_TRACKING_PENDING
-    return RunResult(outcome.status, code, run_dir, recorded.run_id, recorded.metrics, plan=plan)
+    return RunResult(
+        outcome.status,
+        code,
+        run_dir,
+        recorded.run_id,
+        recorded.metrics,
+        plan=plan,
+        batch_advice=recorded.batch_advice,
+    )

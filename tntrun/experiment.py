@@ -42,6 +42,7 @@ class RunResult:
     metrics: Mapping[str, float] = field(default_factory=dict)
     problems: tuple[str, ...] = ()  # the config errors of an INVALID run, one line each
     plan: Plan | None = None
+    batch_advice: tuple[str, ...] = ()  # what the gradient noise scale says (FINISHED runs)
 
     def __post_init__(self) -> None:
         # The status as a RunStatus even where a caller still passes its string.

@@ -11,6 +11,7 @@ from tntrun.planning.scaling_model import (
     ScalingProfile,
     fit_link,
     fusion_buffers,
+    parse_csv,
     predict,
     render_csv,
     render_table,
@@ -100,6 +101,9 @@ def test_validation_and_reports():
     csv = render_csv(rows).splitlines()
     assert csv[0] == "world_size,step_ms,allreduce_ms,samples_per_s,efficiency"
     assert len(csv) == 12 and math.isclose(float(csv[1].split(",")[4]), 1.0)
+    read_back = parse_csv(render_csv(rows))  # the driver's batch advice reads it so
+    assert [r.world_size for r in read_back] == [r.world_size for r in rows]
+    assert [r.step_s for r in read_back] == pytest.approx([r.step_s for r in rows], rel=1e-6)
 
 
 def test_the_per_update_overhead_counts_once_per_update_on_two_or_more_ranks():

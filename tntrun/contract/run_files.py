@@ -60,7 +60,8 @@ LAUNCH_COMMAND = "launch_command.txt"  # the launch environment and command, una
 TIMELINE = "horovod_timeline.json"
 AUTOTUNE_LOG = "horovod_autotune.csv"
 TRANSLATIONS = "translations"
-SCALING_PREDICTION = "scaling_prediction"
+SCALING_PREDICTION = "scaling_prediction"  # folder: predict_scaling=true's outputs (rank 0)
+PREDICTION_CSV = f"{SCALING_PREDICTION}/prediction.csv"  # the driver's batch advice reads it
 TENSORBOARD = "tensorboard"
 HYDRA = ".hydra"
 # Logged to the run as artifacts when present (folders keep their name).

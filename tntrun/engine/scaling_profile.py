@@ -36,6 +36,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tntrun.contract.run_files import PREDICTION_CSV
 from tntrun.contract.run_files import SCALING_PREDICTION as OUTPUT_DIR
 from tntrun.engine import keras_internals
 from tntrun.engine.compile_args import KEPT
@@ -253,7 +254,7 @@ def report(
     out.mkdir(exist_ok=True)
     table = scaling_model.render_table(profile, rows)
     (out / "prediction.md").write_text(table)
-    (out / "prediction.csv").write_text(scaling_model.render_csv(rows))
+    (run_dir / PREDICTION_CSV).write_text(scaling_model.render_csv(rows))
     (out / "profile.json").write_text(json.dumps(asdict(profile), indent=2))
     scaling_model.plot(profile, rows, out / "prediction.png")
     print(table, flush=True)

@@ -240,6 +240,23 @@ def render_csv(rows: Sequence[Prediction]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def parse_csv(text: str) -> list[Prediction]:
+    """The rows :func:`render_csv` wrote (the driver reads a run's prediction back)."""
+    rows = []
+    for line in text.splitlines()[1:]:
+        world, step_ms, allreduce_ms, samples_per_s, efficiency = line.split(",")
+        rows.append(
+            Prediction(
+                int(world),
+                float(step_ms) / 1e3,
+                float(allreduce_ms) / 1e3,
+                float(samples_per_s),
+                float(efficiency),
+            )
+        )
+    return rows
+
+
 def plot(profile: ScalingProfile, rows: Sequence[Prediction], path) -> None:
     """Efficiency and throughput versus ranks (log2 axis), with the measured point."""
     import matplotlib

@@ -44,6 +44,7 @@ from tntrun.tracking.opening import (
     user_tags,
 )
 from tntrun.tracking.outage import Pending, describe, failing, is_outage, sync_line, working_again
+from tntrun.tracking.run_advice import advice_lines
 from tntrun.tracking.run_record import failure_reason, start_layout_tags
 from tntrun.tracking.session import TrackingSession
 
@@ -60,6 +61,7 @@ class Recorded:
     metrics: Mapping[str, float] = field(default_factory=dict)
     tracked: bool = True  # False: never opened, or left to the tracking thread (Ctrl-C twice)
     pending: bool = False  # the store was unreachable: `tntrun sync` delivers the rest
+    batch_advice: tuple[str, ...] = ()  # what the gradient noise scale says (FINISHED runs)
 
 
 class Recorder:
@@ -322,19 +324,24 @@ class Recorder:
         if abandoned or (not self.tracker.run_id and not pending):
             return Recorded(self.tracker.run_id, tracked=False)
         outcome = f"{status}: {self._failure}" if self._failure else status
-        return final_report(self.tracker, self.run_dir, outcome, pending)
+        advice = tuple(advice_lines(self.run_dir, status, self.current_plan()))
+        return final_report(self.tracker, self.run_dir, outcome, pending, advice)
 
 
-def final_report(tracker: Tracker, run_dir: Path, outcome: str, pending: bool) -> Recorded:
-    """Print a run's outcome (its status, and why it failed), final metrics and where to see
-    it; ``pending``: the store was unreachable, the metrics come from the file and
-    ``tntrun sync`` delivers the rest."""
+def final_report(
+    tracker: Tracker, run_dir: Path, outcome: str, pending: bool, advice: tuple[str, ...] = ()
+) -> Recorded:
+    """Print a run's outcome (its status, and why it failed), final metrics, the batch
+    ``advice`` and where to see it; ``pending``: the store was unreachable, the metrics come
+    from the file and ``tntrun sync`` delivers the rest."""
     metrics = last_values(run_dir / run_files.METRICS) if pending else tracker.summary().metrics
     log.info("")
     log.info(f"tntrun: run {outcome}")
     for key in SHOWN_METRICS:
         if key in metrics:
             log.info(f"tntrun: final {key}: {metrics[key]:.4f}")
+    for line in advice:
+        log.info(f"tntrun: {line}")
     if tracker.run_id:
         log.info(f"tntrun: {tracker.label} run id: {tracker.run_id}")
     log.info(f"tntrun: run directory: {run_dir}")
@@ -344,4 +351,4 @@ def final_report(tracker: Tracker, run_dir: Path, outcome: str, pending: bool) -
         if command := tracker.ui_command():
             log.info(f"tntrun: open the {tracker.label} UI with: {shlex.join(command)}")
         log.info(f"tntrun: the run in it: {tracker.ui_url()}")
-    return Recorded(tracker.run_id, metrics, pending=pending)
+    return Recorded(tracker.run_id, metrics, pending=pending, batch_advice=advice)

@@ -7,7 +7,9 @@ run under ``report/``. Scaling efficiency of a child with world size N is
 T_N / ((N / N_0) x T_0), with T the steady-state throughput (samples/s) and
 N_0, T_0 those of the sweep's smallest world size (the median when several
 children share it). Jobs that differ only by ``seed`` also get their mean and spread
-per configuration (``seeds.md``, :mod:`~tntrun.tracking.seed_groups`).
+per configuration (``seeds.md``, :mod:`~tntrun.tracking.seed_groups`). A sweep over the
+global batch also gets each run's measured steps to a common training loss next to the
+gradient noise scale's prediction (:mod:`~tntrun.tracking.batch_sweep`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tntrun.tracking import RunSummary, Tracker, TrackerSettings, children_of, tracker_for
+from tntrun.tracking.batch_sweep import steps_to_loss
 from tntrun.tracking.seed_groups import seed_groups, seeds_markdown
 from tntrun.tracking.sweep_parent import parent_run_id
 
@@ -39,6 +42,9 @@ COLUMNS = (
     "scaling_efficiency",
     "val_accuracy",
     "val_loss",
+    "gradient_noise_scale",
+    "steps_to_target",  # optimizer steps to the sweep's common training loss (batch_sweep)
+    "predicted_steps",  # the same, predicted from the gradient noise scale
 )
 
 
@@ -74,6 +80,18 @@ def rows_of(children: Iterable[RunSummary]) -> list[dict[str, Any]]:
     return rows
 
 
+def add_steps_to_loss(rows: list[dict[str, Any]], children: Sequence[RunSummary]) -> str:
+    """Fill in each row's measured and predicted steps to the sweep's common training loss;
+    the report's section on them (empty: not a sweep over the global batch)."""
+    steps = steps_to_loss(children)
+    if steps is None:
+        return ""
+    for row in rows:
+        measured, predicted = steps.steps.get(row["run_id"], (None, None))
+        row["steps_to_target"], row["predicted_steps"] = measured, predicted
+    return f"\n## Steps to a common training loss\n\n{steps.note()}\n"
+
+
 def _markdown(rows: list[dict[str, Any]]) -> str:
     def cell(value: Any) -> str:
         return f"{value:.4g}" if isinstance(value, float) else ("" if value is None else str(value))
@@ -105,15 +123,45 @@ def _plot(rows: list[dict[str, Any]], key: str, label: str, path: Path) -> Path:
     return path
 
 
+def plot_steps_to_loss(rows: list[dict[str, Any]], path: Path) -> Path:
+    """Measured and predicted steps to the common loss against the batch (log-log)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    measured = sorted(
+        ((int(r["global_batch_size"]), r) for r in rows if r.get("steps_to_target") is not None),
+        key=lambda pair: pair[0],
+    )
+    fig, ax = plt.subplots(figsize=(5, 3.5), dpi=100)
+    batches = [batch for batch, _ in measured]
+    ax.plot(batches, [r["steps_to_target"] for _, r in measured], "o", label="measured")
+    predicted = [(b, r["predicted_steps"]) for b, r in measured if r.get("predicted_steps")]
+    if predicted:
+        ax.plot(*zip(*predicted, strict=True), "-", label="S_min (1 + B_noise / B)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("global batch (samples)")
+    ax.set_ylabel("optimizer steps to the common loss")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
 def write_report(tracker: Tracker, children: Sequence[RunSummary], out_dir: Path) -> Path:
     """Write the table and plots for ``children`` and log them to the parent run."""
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = rows_of(children)
+    steps_note = add_steps_to_loss(rows, children)
     with (out_dir / "report.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
-    markdown = _markdown(rows)
+    markdown = _markdown(rows) + steps_note
     groups = seed_groups(children)
     if groups:  # repeats: the mean and spread over seeds of each configuration
         (out_dir / "seeds.md").write_text(seeds_markdown(groups))
@@ -125,6 +173,8 @@ def write_report(tracker: Tracker, children: Sequence[RunSummary], out_dir: Path
         ("scaling_efficiency", "scaling efficiency"),
     ):
         _plot(rows, key, label, out_dir / f"{key}.png")
+    if steps_note:
+        plot_steps_to_loss(rows, out_dir / "steps_to_target.png")
     tracker.log_artifact(out_dir, "report")
     return out_dir
 

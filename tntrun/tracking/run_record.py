@@ -15,6 +15,7 @@ from tntrun.planning.machine import versions
 from tntrun.planning.plan import Plan
 from tntrun.tracking import Tracker
 from tntrun.tracking.provenance import git_tags, horovod_build, source_tags
+from tntrun.tracking.run_advice import advice_tags
 
 PREEMPTED_TAG = "preempted"
 
@@ -62,8 +63,8 @@ def record_outputs(
     stalled: str | None = None,
     disk: str | None = None,
 ) -> None:
-    """Attach the run's outputs and, for a failed run, why it failed (traceback, stall or
-    a full disk)."""
+    """Attach the run's outputs, a finished run's batch advice and, for a failed run, why it
+    failed (traceback, stall or a full disk)."""
     log_output_files(tracker, run_dir, prefix)
     log_checkpoints(tracker, run_dir, prefix)
     tags = {
@@ -71,6 +72,7 @@ def record_outputs(
         **preemption_tags(run_dir),
         **stopped_early_tags(run_dir),
         **model_load_tags(run_dir),
+        **advice_tags(run_dir, status),
     }
     for key, value in tags.items():
         tracker.set_tag(key, value)
