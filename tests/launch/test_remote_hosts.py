@@ -124,4 +124,6 @@ def test_many_hosts_are_checked_at_once_in_one_check_s_time(tmp_path):
         preflight_hosts(hosts, "/py", VERSIONS, silent, None, timeout, tmp_path)
     seconds = time.monotonic() - started
     assert len(refused.value.problems) == len(hosts)
-    assert seconds < 2 * timeout, f"{seconds:.1f} s for {len(hosts)} hosts"
+    # One wave: 3 s and the spawning of 48 ssh clients (5.1 s at a load of 15); three
+    # waves (the former bound of 16) cannot take less than 9 s (measured 9.9).
+    assert seconds < 2.5 * timeout, f"{seconds:.1f} s for {len(hosts)} hosts"
