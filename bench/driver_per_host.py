@@ -100,7 +100,6 @@ def run_args(work: Path, hosts: list[str], port: str, key: str) -> list[str]:
         f"horovod.ssh_port={port}",
         f"horovod.ssh_identity_file={key}",
         "horovod.network_interface=tnt0",
-        "horovod.start_timeout=600",  # 32 ranks import TensorFlow on 2 cores for minutes
         f"output_root={work / 'outputs'}",
         f"tracking.uri=sqlite:///{work.parent / 'mlflow.db'}",
     ]

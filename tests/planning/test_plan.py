@@ -36,13 +36,6 @@ def test_default_plan_splits_global_batch_over_two_cpu_ranks(compose_cfg):
     assert env["KERAS_BACKEND"] == "tensorflow" and env["TF_USE_LEGACY_KERAS"] == "0"
     assert env["CUDA_VISIBLE_DEVICES"] == "-1"
     assert env["TF_CPP_MIN_LOG_LEVEL"] == "3"  # TensorFlow's C++ chatter off
-    assert env["HOROVOD_GLOO_TIMEOUT_SECONDS"] == "60"  # Gloo waits horovod.start_timeout
-
-
-def test_the_ranks_rendezvous_waits_as_long_as_their_start(compose_cfg):
-    plan = plan_for(compose_cfg, "horovod.start_timeout=300")
-    assert dict(plan.launch_env)["HOROVOD_GLOO_TIMEOUT_SECONDS"] == "300"
-    assert plan.launch_command[plan.launch_command.index("--start-timeout") + 1] == "300"
 
 
 def test_the_users_tensorflow_log_level_reaches_the_ranks(compose_cfg):

@@ -14,7 +14,6 @@ if TYPE_CHECKING:
 
 # horovodrun's command line without its 5-12 s probe of the build (see that module).
 HOROVODRUN_COMMAND = "tntrun.launch.horovodrun_command"
-GLOO_TIMEOUT = "HOROVOD_GLOO_TIMEOUT_SECONDS"  # a rank's wait for the others at rendezvous
 
 
 class HorovodrunLauncher(Launcher):
@@ -28,9 +27,6 @@ class HorovodrunLauncher(Launcher):
                 args.extend(knob.args)  # horovodrun sets the variables from its flags
             else:
                 env.update(knob.env)
-        # The ranks' Gloo rendezvous waits as long as horovodrun waits for them to start
-        # (Gloo's own 30 s failed 32 ranks importing TensorFlow on 2 cores).
-        env.setdefault(GLOO_TIMEOUT, str(spec.horovod.start_timeout))
         command = (
             spec.python,
             "-m",
