@@ -5,8 +5,8 @@
 #   make check  the fast tests only, the inner loop: -m "not slow", all in-process (a test
 #               that starts a process must be marked slow; tests/conftest.py fails it if not)
 #   make test-scale  16 and 32 netns hosts x 1 rank (tests/cluster/test_many_hosts.py): the
-#               default run, a killed rank, an elastic run; not in `make test` (about N
-#               min on 2 cores), alone (the hosts' names are fixed), as root.
+#               default run, a killed rank, an elastic run; not in `make test` (9 min for
+#               the 32-host default run alone on 2 cores), alone (fixed host names), as root.
 #   make compat-tf2.18  TensorFlow 2.18.1 still works: its own environment (.venv-tf2.18,
 #               Horovod built for it), the fast tests and the default end-to-end run. Not in
 #               CI: a second TensorFlow and Horovod build doubles the set-up.
