@@ -4,6 +4,9 @@
 #               component such as Slurm or Chromium fails its tests instead of skipping them)
 #   make check  the fast tests only, the inner loop: -m "not slow", all in-process (a test
 #               that starts a process must be marked slow; tests/conftest.py fails it if not)
+#   make test-scale  16 and 32 netns hosts x 1 rank (tests/cluster/test_many_hosts.py): the
+#               default run, a killed rank, an elastic run; not in `make test` (9 min for
+#               the 32-host default run alone on 2 cores), alone (fixed host names), as root.
 #   make compat-tf2.18  TensorFlow 2.18.1 still works: its own environment (.venv-tf2.18,
 #               Horovod built for it), the fast tests and the default end-to-end run. Not in
 #               CI: a second TensorFlow and Horovod build doubles the set-up.
@@ -12,7 +15,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.tntrun-ready
 ARGS ?=
 
-.PHONY: setup run test check lint ui clean compat-tf2.18
+.PHONY: setup run test test-scale check lint ui clean compat-tf2.18
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml scripts/setup_env.sh scripts/build_horovod.py $(wildcard scripts/horovod/*)
@@ -29,6 +32,9 @@ REQUIRE_COMPONENTS := $(shell [ "$$(id -u)" = 0 ] && echo 1)
 # sync, and the other worker's tests use it (tests/conftest.py keeps a module on one worker).
 test: setup
 	TNTRUN_REQUIRE_COMPONENTS=$(REQUIRE_COMPONENTS) $(BIN)/python -m pytest -n auto --dist loadscope $(ARGS)
+
+test-scale: setup
+	TNTRUN_SCALE_TESTS=1 TNTRUN_REQUIRE_COMPONENTS=$(REQUIRE_COMPONENTS) $(BIN)/python -m pytest -m scale -s $(ARGS)
 
 check: setup
 	$(BIN)/python -m pytest -m "not slow" -q $(ARGS)

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Two test "hosts" on this machine for multi-host runs: network namespaces with
+# Test "hosts" on this machine (2 to 32) for multi-host runs: network namespaces with
 # their own hostname, joined to the root namespace by a bridge, each running a
 # real sshd that accepts a key generated for the purpose. Needs root.
 #
 #   scripts/netns_hosts.sh up   STATE_DIR   # prints "host port key" lines
-#   TNT_HOSTS=4 scripts/netns_hosts.sh up STATE_DIR   # more hosts (2 to 8; default 2)
+#   TNT_HOSTS=32 scripts/netns_hosts.sh up STATE_DIR  # more hosts (2 to 32; default 2),
+#                                                     # set up in parallel
 #   scripts/netns_hosts.sh down STATE_DIR
 #   scripts/netns_hosts.sh shape STATE_DIR RATE   # e.g. 1gbit, 5gbit, or off; prints the
 #                                                 # TCP rate measured tnt-h1 -> tnt-h2, bit/s
@@ -24,18 +25,21 @@
 #
 # Hosts: 10.77.0.N (tnt-hN), N = 1, 2 (up to TNT_HOSTS), named so in /etc/hosts here too
 # (as cluster nodes are; removed by `down`); the root namespace is 10.77.0.254 on bridge
-# tnt0. Traffic stays on these addresses.
+# tnt0. Traffic stays on these addresses. The /24 has room for 253 hosts; 32 is what this
+# machine holds with a TensorFlow rank on each (~0.4 GB a rank).
 set -euo pipefail
 
 ACTION=${1:?usage: netns_hosts.sh up|down STATE_DIR}
 STATE=${2:?usage: netns_hosts.sh up|down STATE_DIR}
 PORT=${TNT_SSH_PORT:-2222}
 BRIDGE=tnt0  # same name as the hosts' interface: Horovod looks the NIC up on the driver too
-MAX_HOSTS=8
+MAX_HOSTS=32
 # How many hosts: TNT_HOSTS at `up`, recorded in the state folder for the other actions.
 COUNT=$(cat "$STATE/host_count" 2>/dev/null || echo "${TNT_HOSTS:-2}")
 [ "$ACTION" != up ] || COUNT=${TNT_HOSTS:-2}
-case "$COUNT" in [2-8]) ;; *) echo "TNT_HOSTS: 2 to $MAX_HOSTS hosts (got $COUNT)" >&2; exit 2 ;; esac
+if ! [[ "$COUNT" =~ ^[0-9]+$ ]] || [ "$COUNT" -lt 2 ] || [ "$COUNT" -gt "$MAX_HOSTS" ]; then
+  echo "TNT_HOSTS: 2 to $MAX_HOSTS hosts (got $COUNT)" >&2; exit 2
+fi
 mapfile -t HOSTS < <(seq "$COUNT")
 HOSTS_TAG="# tntrun netns host"  # their names in this namespace's /etc/hosts, as on a cluster
 
@@ -51,21 +55,68 @@ host_cgroups() {
   fi
 }
 
-down() {
-  for i in $(seq "$MAX_HOSTS"); do  # also those of an earlier `up` with more hosts
-    if [ -f "$STATE/sshd.$i.pid" ]; then kill "$(cat "$STATE/sshd.$i.pid")" 2>/dev/null || true; fi
-    for cg in $(host_cgroups "$i"); do  # empty once sshd has gone
-      for _ in $(seq 20); do if [ ! -d "$cg" ] || rmdir "$cg" 2>/dev/null; then break; fi; sleep 0.1; done
-    done
-    ip netns del "tnt-h$i" 2>/dev/null || true
-    rm -rf "/etc/netns/tnt-h$i"
-    ip link del "tntv$i" 2>/dev/null || true
+# Host $1 gone: its sshd (and so new sessions), its cgroups, namespace and veth.
+host_down() {
+  local i=$1 cg
+  if [ -f "$STATE/sshd.$i.pid" ]; then kill "$(cat "$STATE/sshd.$i.pid")" 2>/dev/null || true; fi
+  for cg in $(host_cgroups "$i"); do  # empty once sshd has gone
+    for _ in $(seq 20); do if [ ! -d "$cg" ] || rmdir "$cg" 2>/dev/null; then break; fi; sleep 0.1; done
   done
+  ip netns del "tnt-h$i" 2>/dev/null || true
+  rm -rf "/etc/netns/tnt-h$i"
+  ip link del "tntv$i" 2>/dev/null || true
+}
+
+down() {
+  local i
+  for i in $(seq "$MAX_HOSTS"); do  # also those of an earlier `up` with more hosts
+    host_down "$i" &
+  done
+  wait
   ip link del "$BRIDGE" 2>/dev/null || true
   if grep -q "$HOSTS_TAG" /etc/hosts; then
     grep -v "$HOSTS_TAG" /etc/hosts > /etc/hosts.tntrun && cat /etc/hosts.tntrun > /etc/hosts
     rm -f /etc/hosts.tntrun
   fi
+}
+
+# Host $1 (its namespace made): on the bridge, its /etc/hosts, its sshd (own hostname), then the
+# wait for its first ssh answer. Independent of the other hosts: they are set up in parallel.
+host_up() {
+  local i=$1 j ns="tnt-h$1"
+  ip link add "tntv$i" type veth peer name tnt0 netns "$ns"
+  ip link set "tntv$i" master "$BRIDGE" up
+  ip -n "$ns" addr add "10.77.0.$i/24" dev tnt0
+  ip -n "$ns" link set tnt0 up
+  ip -n "$ns" link set lo up
+  # `ip netns exec` mounts /etc/netns/<ns>/hosts over /etc/hosts: Gloo resolves hostnames.
+  mkdir -p "/etc/netns/$ns"
+  { echo "127.0.0.1 localhost"; for j in "${HOSTS[@]}"; do echo "10.77.0.$j tnt-h$j"; done; } \
+    > "/etc/netns/$ns/hosts"
+  cat > "$STATE/sshd.$i.conf" <<EOF
+Port $PORT
+ListenAddress 10.77.0.$i
+HostKey $STATE/host_key
+PidFile $STATE/sshd.$i.pid
+AuthorizedKeysFile $STATE/authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+PermitUserEnvironment no
+AcceptEnv *
+EOF
+  # Own UTS namespace, so each host has its own hostname.
+  ip netns exec "$ns" unshare --uts sh -c \
+    "hostname tnt-h$i && exec /usr/sbin/sshd -f $STATE/sshd.$i.conf -E $STATE/sshd.$i.log"
+  for _ in $(seq 50); do
+    ssh -q -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
+        -o ConnectTimeout=2 -i "$STATE/id_ed25519" -p "$PORT" "10.77.0.$i" true && return 0
+    sleep 0.2
+  done
+  echo "host tnt-h$i: no ssh answer on 10.77.0.$i:$PORT (see $STATE/sshd.$i.log)" >&2
+  return 1
 }
 
 up() {
@@ -82,45 +133,15 @@ up() {
   ip link add "$BRIDGE" type bridge
   ip addr add 10.77.0.254/24 dev "$BRIDGE"
   ip link set "$BRIDGE" up
-  for i in "${HOSTS[@]}"; do
-    ns="tnt-h$i"
-    ip netns add "$ns"
-    ip link add "tntv$i" type veth peer name tnt0 netns "$ns"
-    ip link set "tntv$i" master "$BRIDGE" up
-    ip -n "$ns" addr add "10.77.0.$i/24" dev tnt0
-    ip -n "$ns" link set tnt0 up
-    ip -n "$ns" link set lo up
-    # `ip netns exec` mounts /etc/netns/<ns>/hosts over /etc/hosts: Gloo resolves hostnames.
-    mkdir -p "/etc/netns/$ns"
-    { echo "127.0.0.1 localhost"; for j in "${HOSTS[@]}"; do echo "10.77.0.$j tnt-h$j"; done; } \
-      > "/etc/netns/$ns/hosts"
-    cat > "$STATE/sshd.$i.conf" <<EOF
-Port $PORT
-ListenAddress 10.77.0.$i
-HostKey $STATE/host_key
-PidFile $STATE/sshd.$i.pid
-AuthorizedKeysFile $STATE/authorized_keys
-PermitRootLogin prohibit-password
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-UsePAM no
-StrictModes no
-PermitUserEnvironment no
-AcceptEnv *
-EOF
-    # Own UTS namespace, so each host has its own hostname.
-    ip netns exec "$ns" unshare --uts sh -c \
-      "hostname tnt-h$i && exec /usr/sbin/sshd -f $STATE/sshd.$i.conf -E $STATE/sshd.$i.log"
-  done
   for i in "${HOSTS[@]}"; do echo "10.77.0.$i tnt-h$i $HOSTS_TAG"; done >> /etc/hosts
-  for i in "${HOSTS[@]}"; do
-    for _ in $(seq 50); do
-      ssh -q -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
-          -o ConnectTimeout=2 -i "$STATE/id_ed25519" -p "$PORT" "10.77.0.$i" true && break
-      sleep 0.2
-    done
-    echo "10.77.0.$i $PORT $STATE/id_ed25519"
-  done
+  local i pids=() failed=0
+  # The namespaces one after the other (the first `ip netns add` mounts /run/netns), the
+  # rest in parallel: sshd's start and the first ssh answer are most of a host's set-up.
+  for i in "${HOSTS[@]}"; do ip netns add "tnt-h$i"; done
+  for i in "${HOSTS[@]}"; do host_up "$i" & pids+=($!); done
+  for i in "${pids[@]}"; do wait "$i" || failed=1; done
+  [ "$failed" = 0 ] || { echo "netns_hosts.sh: a host did not come up" >&2; exit 1; }
+  for i in "${HOSTS[@]}"; do echo "10.77.0.$i $PORT $STATE/id_ed25519"; done
 }
 
 shape() {

@@ -1,4 +1,4 @@
-"""The test hosts: network namespaces with sshd each (scripts/netns_hosts.sh)."""
+"""The test hosts: network namespaces with sshd each (scripts/netns_hosts.sh), 2 to 32."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ SPARE_HOSTS = 1
 
 @dataclass(frozen=True)
 class NetnsHosts:
-    """scripts/netns_hosts.sh's two hosts: addresses, names, sshd port and the key it takes."""
+    """scripts/netns_hosts.sh's hosts: addresses, names, sshd port and the key it takes."""
 
     addresses: tuple[str, ...]
     names: tuple[str, ...]
@@ -35,7 +35,7 @@ class NetnsHosts:
     def one_rank_per_host(self) -> tuple[str, ...]:
         """The overrides of a run with one rank on each host, reached over ssh."""
         return (
-            "nodes=2",
+            f"nodes={len(self.addresses)}",
             f"hosts=[{','.join(self.addresses)}]",
             "ranks_per_node=1",
             *self.ssh_overrides(),
@@ -54,10 +54,10 @@ def require_netns_hosts() -> None:
     )
 
 
-def netns_hosts_up(state: Path) -> NetnsHosts:
-    """Start the hosts, their state in ``state``: the two every multi-host test uses, and a
-    third that only the elastic runs use (``spare``)."""
-    env = {**os.environ, "TNT_HOSTS": str(2 + SPARE_HOSTS)}
+def netns_hosts_up(state: Path, count: int = 2, spare: int = SPARE_HOSTS) -> NetnsHosts:
+    """Start the hosts, their state in ``state``: the ``count`` every multi-host test uses,
+    and ``spare`` ones that only the elastic runs use."""
+    env = {**os.environ, "TNT_HOSTS": str(count + spare)}
     up = subprocess.run(
         ["bash", NETNS_HOSTS, "up", str(state)], capture_output=True, text=True, env=env
     )
@@ -65,8 +65,35 @@ def netns_hosts_up(state: Path) -> NetnsHosts:
     lines = [line.split() for line in up.stdout.splitlines()]
     addresses = tuple(line[0] for line in lines)
     port, key = lines[0][1], lines[0][2]
-    return NetnsHosts(addresses[:2], ("tnt-h1", "tnt-h2"), port, key, addresses[2:])
+    names = tuple(f"tnt-h{i}" for i in range(1, count + 1))
+    return NetnsHosts(addresses[:count], names, port, key, addresses[count:])
 
 
 def netns_hosts_down(state: Path) -> None:
     subprocess.run(["bash", NETNS_HOSTS, "down", str(state)], check=True)
+
+
+def netns_hosts_in_use() -> bool:
+    """Whether scripts/netns_hosts.sh's hosts are up already (another session has them:
+    its ``up`` would take them down under it, the names being fixed)."""
+    return Path("/run/netns/tnt-h1").exists()
+
+
+def processes_on_hosts(state: Path) -> dict[str, list[str]]:
+    """Each host's processes but its sshd listener (pid and command line): what a run left
+    there. ``ip netns pids`` sees every process in the host's network namespace."""
+    found = {}
+    for pid_file in sorted(state.glob("sshd.*.pid")):
+        host = f"tnt-h{pid_file.name.split('.')[1]}"
+        listed = subprocess.run(["ip", "netns", "pids", host], capture_output=True, text=True)
+        pids = set(listed.stdout.split()) - {pid_file.read_text().strip()}
+        found[host] = [f"{pid} {_command_line(pid)}" for pid in sorted(pids, key=int)]
+    return {host: left for host, left in found.items() if left}
+
+
+def _command_line(pid: str) -> str:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return "(gone)"
+    return raw.replace(b"\0", b" ").decode(errors="replace")[:200]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -110,3 +111,19 @@ def test_every_host_not_ready_is_one_line_and_the_token_is_removed(tmp_path):
     (line,) = refused.value.problems
     assert line.startswith("host no-such-host.invalid: unreachable by ssh")
     assert not (tmp_path / SHARED_CHECK).exists()
+
+
+@pytest.mark.slow
+def test_many_hosts_are_checked_at_once_in_one_check_s_time(tmp_path):
+    """48 hosts that never answer (distinct ``user@`` names for one silent port): the
+    pre-flight waits one ssh timeout, not one per wave of checks (16 at a time: 3 waves)."""
+    timeout = 3
+    hosts = [f"u{n}@127.0.0.1" for n in range(48)]
+    with port(listening=True) as silent, pytest.raises(PlanError) as refused:
+        started = time.monotonic()
+        preflight_hosts(hosts, "/py", VERSIONS, silent, None, timeout, tmp_path)
+    seconds = time.monotonic() - started
+    assert len(refused.value.problems) == len(hosts)
+    # One wave: 3 s and the spawning of 48 ssh clients (5.1 s at a load of 15); three
+    # waves (the former bound of 16) cannot take less than 9 s (measured 9.9).
+    assert seconds < 2.5 * timeout, f"{seconds:.1f} s for {len(hosts)} hosts"

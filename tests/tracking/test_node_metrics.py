@@ -100,6 +100,43 @@ def test_batches_stay_within_one_request_of_points(tmp_path):
     assert [len(batch) for batch in batches] == [4, 4, 2]
 
 
+def test_every_host_s_new_samples_go_in_one_request_whatever_the_host_count(tmp_path):
+    """32 hosts with a sample each: one send (the store's requests per drain stay flat as
+    hosts are added), then a new sample of 2 hosts: one more; offsets per file all right."""
+    for host in range(32):
+        write_samples(tmp_path, f"10.77.0.{host + 1}", range(1))
+    batches: list = []
+    relay = NodeMetricsRelay(tmp_path, batches.append, lambda: "run-1", True)
+    assert relay.drain() == 32 and [len(batch) for batch in batches] == [64]
+    write_samples(tmp_path, "10.77.0.3", range(1, 2))
+    write_samples(tmp_path, "10.77.0.7", range(1, 2))
+    assert relay.drain() == 2 and [len(batch) for batch in batches] == [64, 4]
+    again: list = []
+    assert NodeMetricsRelay(tmp_path, again.append, lambda: "run-1", True).drain() == 0
+    assert again == []
+
+
+def test_batches_across_hosts_split_at_the_request_size_and_resume_where_they_stopped(tmp_path):
+    for host in ("a", "b", "c"):
+        write_samples(tmp_path, host, range(3))
+    sent: list = []
+    calls = [0]
+
+    def send(points: list) -> None:
+        calls[0] += 1
+        if calls[0] == 2:
+            raise ConnectionRefusedError("the store is down")
+        sent.append(points)
+
+    relay = NodeMetricsRelay(tmp_path, send, lambda: "run-1", True, max_points=8)
+    with pytest.raises(ConnectionRefusedError):
+        relay.drain()
+    assert relay.drain() == 5  # the 4 of the first request stayed sent
+    steps = sorted((k.split("/")[1], step) for batch in sent for k, _, _, step in batch if CPU in k)
+    assert steps == [(host, step) for host in "abc" for step in range(3)]
+    assert [len(batch) for batch in sent] == [8, 8, 2]
+
+
 def test_the_metrics_relay_carries_the_hosts_samples_with_rank_0s_lines(tmp_path):
     sent: list = []
     writer = MetricsWriter(tmp_path)

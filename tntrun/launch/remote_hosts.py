@@ -34,6 +34,9 @@ PROBE = (
     " 'horovod': v('horovod'), 'token': token}))"
 )
 SHARED_CHECK = ".shared-check"  # the token's file in the run directory, deleted afterwards
+# Hosts checked at once: an ssh client each, mostly waiting on the network, so the
+# pre-flight of up to this many hosts takes one check's time (was 16: 32 hosts took two).
+PARALLEL_CHECKS = 64
 
 
 def local_addresses() -> set[str]:
@@ -157,7 +160,7 @@ def preflight_hosts(
     token = (run_dir / SHARED_CHECK, secrets.token_hex(8))
     token[0].write_text(token[1])
     try:
-        with ThreadPoolExecutor(max_workers=min(16, len(remote))) as pool:
+        with ThreadPoolExecutor(max_workers=min(PARALLEL_CHECKS, len(remote))) as pool:
             problems = list(
                 pool.map(
                     lambda h: check_host(h, python, versions, port, identity, timeout, token),

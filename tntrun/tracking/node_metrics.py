@@ -1,7 +1,8 @@
 """The driver's side of each host's system metrics (files: :mod:`tntrun.contract.node_metrics`).
 
 The relay of rank 0's metrics (:class:`tntrun.tracking.metrics_stream.MetricsRelay`)
-drains these files with its own, so the samples reach the run as its metrics do:
+drains these files with its own, every host's new samples in one request to the store
+(up to ``max_points``), so the samples reach the run as its metrics do:
 about once a second, once more when the ranks end, through an outage of the
 store, and by ``tntrun sync``. Each sample becomes MLflow's system metrics under
 the node's id, named as MLflow's ``SystemMetricsMonitor`` names them
@@ -65,37 +66,43 @@ class NodeMetricsRelay:
         if current is not None and self.relayed.run_id not in (None, current):
             self.relayed = Relayed(current, {})  # a run made anew receives every sample
         sent = 0
-        for path in sample_files(self.run_dir):
-            sent += self._drain_file(path)
+        for advances, samples, points in self._batches(self._new_lines()):
+            if points:
+                self.send(points)
+            self.relayed.run_id = self.run_id()
+            for name, size in advances.items():
+                self.relayed.offsets[name] = self.relayed.offsets.get(name, 0) + size
+            self.relayed.save(self.run_dir)
+            sent += samples
         self.samples_sent += sent
         return sent
 
-    def _drain_file(self, path: Path) -> int:
-        offset = self.relayed.offsets.get(path.name, 0)
-        with path.open("rb") as stream:
-            stream.seek(offset)
-            chunk = stream.read()
-        complete = chunk[: chunk.rfind(b"\n") + 1]  # a line being written waits
-        node = path.stem if self.per_node else None
-        sent = 0
-        for size, samples in self._batches(complete):
-            if samples:
-                self.send(points_of(samples, node))
-            self.relayed.run_id = self.run_id()
-            self.relayed.offsets[path.name] = offset = offset + size
-            self.relayed.save(self.run_dir)
-            sent += len(samples)
-        return sent
+    def _new_lines(self) -> Iterator[tuple[str, str | None, bytes]]:
+        """(file name, node, line) of each complete line not yet relayed, file by file."""
+        for path in sample_files(self.run_dir):
+            with path.open("rb") as stream:
+                stream.seek(self.relayed.offsets.get(path.name, 0))
+                chunk = stream.read()
+            complete = chunk[: chunk.rfind(b"\n") + 1]  # a line being written waits
+            node = path.stem if self.per_node else None
+            for line in complete.splitlines(keepends=True):
+                yield path.name, node, line
 
-    def _batches(self, complete: bytes) -> Iterator[tuple[int, list[Sample]]]:
-        """(bytes, samples) of consecutive whole lines, up to ``max_points`` points each."""
-        size, samples, points = 0, [], 0
-        for line in complete.splitlines(keepends=True):
+    def _batches(
+        self, lines: Iterator[tuple[str, str | None, bytes]]
+    ) -> Iterator[tuple[dict[str, int], int, list[MetricPoint]]]:
+        """(bytes per file, samples, points) of consecutive lines of every host, up to
+        ``max_points`` points each: one store request per drain whatever the host count
+        (a request per host would grow the store's write rate with the hosts)."""
+        advances: dict[str, int] = {}
+        samples, points = 0, []
+        for name, node, line in lines:
             new = parse_samples([line])
-            count = sum(len(sample.metrics) for sample in new)
-            if samples and points + count > self.max_points:
-                yield size, samples
-                size, samples, points = 0, [], 0
-            size, samples, points = size + len(line), samples + new, points + count
-        if size:
-            yield size, samples
+            batch = points_of(new, node)
+            if points and len(points) + len(batch) > self.max_points:
+                yield advances, samples, points
+                advances, samples, points = {}, 0, []
+            advances[name] = advances.get(name, 0) + len(line)
+            samples, points = samples + len(new), points + batch
+        if advances:
+            yield advances, samples, points
