@@ -167,14 +167,21 @@ def _check_settings(settings: AveragingState) -> None:
         raise ValueError("compression: use hvd.Compression.none or hvd.Compression.fp16")
 
 
+def untraced_state(optimizer: Any, caller: str, what: str) -> Any:
+    """The data-parallel ``optimizer``'s step state, while its train step is not traced yet:
+    what rides in the allreduce is fixed when the step is traced."""
+    if not is_data_parallel(optimizer):
+        raise ValueError(f"{caller} needs an optimizer made by data_parallel()")
+    settings = optimizer._data_parallel
+    if settings.traced:
+        raise ValueError(f"attach {what} before the first training step")
+    return settings
+
+
 def agree_after_each_step(optimizer: Any) -> StepAgreement:
     """Make the data-parallel ``optimizer`` also average ``[loss, local_stop]`` in each
     update's allreduce; returns the callback that reads the result after each step."""
-    if not is_data_parallel(optimizer):
-        raise ValueError("agree_after_each_step needs an optimizer made by data_parallel()")
-    settings = optimizer._data_parallel
-    if settings.traced:
-        raise ValueError("attach the step agreement before the first training step")
+    settings = untraced_state(optimizer, "agree_after_each_step", "the step agreement")
     if settings.agreement is None:
         settings.agreement = StepAgreement()
     return settings.agreement
@@ -187,11 +194,7 @@ def measure_gradient_noise(
     (:mod:`tntrun.engine.noise_scale`) in each update's allreduce. ``small_batch``: the
     samples behind one rank's gradient per update; ``big_batch``: the global batch. Attach
     the step agreement first: its train function checks each batch for zero weights."""
-    if not is_data_parallel(optimizer):
-        raise ValueError("measure_gradient_noise needs an optimizer made by data_parallel()")
-    settings = optimizer._data_parallel
-    if settings.traced:
-        raise ValueError("attach the noise scale before the first training step")
+    settings = untraced_state(optimizer, "measure_gradient_noise", "the noise scale")
     if settings.noise_scale is None:
         settings.noise_scale = GradientNoiseScale(small_batch, big_batch, decay)
         if settings.agreement is not None:
