@@ -1,15 +1,18 @@
 """Validate the gradient noise scale on real training: B_simple against the critical batch B_crit.
 
     .venv/bin/python bench/noise_scale_validation.py [--workloads mlp cnn] [--target 0.2]
-        [--batches 32 64 128 256 512 1024] [--base-epochs 10] [--set key=value ...]
+        [--batches 32 64 128 256 512 1024] [--base-epochs 10] [--lrs 0.001 0.002 ...]
+        [--set key=value ...]
 
 For each workload (the digits MLP, the default experiment; the cnn on digits) and each
-global batch B, one `tntrun` run on 2 ranks (the noise scale needs two; 1 thread each,
-the same seed and the same LR rule: the optimizer's own scaling of its base LR to B)
-logs its training loss every step (`step_loss`, averaged over the ranks). A run's steps
-to the target loss are the first step at which the loss, averaged over a centred window of
-about `--window-samples` samples (so every batch's average is as noisy), is at or below the
-target. Fitting McCandlish et al.'s S(B) = S_min (1 + B_crit / B), i.e.
+global batch B, `tntrun` runs on 2 ranks (the noise scale needs two; 1 thread each, the
+same seed), one per base LR of `--lrs` (none: the optimizer's own), the LR scaled to B by
+the optimizer's rule, each logging its training loss every step (`step_loss`, averaged
+over the ranks). A run's steps to the target loss are the first step at which the loss,
+averaged over a centred window of about `--window-samples` samples (so every batch's
+average is as noisy), is at or below the target; of a batch's runs the one that got there
+first counts (the paper's S(B) is for the LR tuned at each batch, not for one rule's).
+Fitting McCandlish et al.'s S(B) = S_min (1 + B_crit / B), i.e.
 S/S_min - 1 = (E/E_min - 1)^-1 with E = S B the samples, to the (B, S) pairs (least squares
 on log S) gives B_crit. Each run's B_simple is the one logged with its step metrics at the
 step it reached the target (`step_gns_trace / step_gns_gradient_sq`, smoothed over the
@@ -30,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -122,6 +125,7 @@ class RunRecord:
     batch: int
     losses: Losses
     noise_scales: dict[int, float]  # training step -> B_simple logged with the step metrics
+    base_lr: float | None = None  # the run's optimizer.base_lr (None: the optimizer's own)
 
     def noise_scale_at(self, step: int) -> float | None:
         """B_simple as smoothed up to training step ``step`` (None: not logged then)."""
@@ -151,11 +155,14 @@ def read_run(run_dir: Path) -> RunRecord:
     return RunRecord(int(plan["global_batch_size"]), losses, noise)
 
 
-def train(work: Path, overrides: Sequence[str], batch: int, epochs: int) -> RunRecord:
+def train(
+    work: Path, overrides: Sequence[str], batch: int, epochs: int, base_lr: float | None = None
+) -> RunRecord:
     """One quiet 2-rank run of ``batch``, every step's loss logged; its record."""
     command = [
         str(Path(sys.executable).parent / "tntrun"),
         *overrides,
+        *([] if base_lr is None else [f"optimizer.base_lr={base_lr}"]),
         f"global_batch_size={batch}",
         f"train.epochs={epochs}",
         "ranks_per_node=2",
@@ -166,15 +173,26 @@ def train(work: Path, overrides: Sequence[str], batch: int, epochs: int) -> RunR
     ]
     out = subprocess.run(command, cwd=work, capture_output=True, text=True, check=True).stdout
     run_dir = next(ln[len(RUN_DIR_LINE) :] for ln in out.splitlines() if RUN_DIR_LINE in ln)
-    return read_run(Path(run_dir.strip()))
+    return replace(read_run(Path(run_dir.strip())), base_lr=base_lr)
+
+
+def best_tuned(records: Sequence[RunRecord], target: float, window: int) -> RunRecord:
+    """The run of one batch that reached ``target`` in the fewest steps: the paper tunes the
+    learning rate at each batch, since S(B) holds for the best LR, not for one rule's."""
+
+    def steps(record: RunRecord) -> float:
+        reached = steps_to_target(record.losses, target, record.batch, window)
+        return math.inf if reached is None else reached
+
+    return min(records, key=steps)
 
 
 def validate(name: str, records: list[RunRecord], target: float, window: int) -> list[str]:
     """The workload's table, fit and verdict as Markdown lines."""
     lines = [f"### {name}: steps to a training loss of {target:g}", ""]
     lines += [
-        "| global batch | steps to target | fitted steps | B_simple then |",
-        "|---|---|---|---|",
+        "| global batch | best base LR | steps to target | fitted steps | B_simple then |",
+        "|---|---|---|---|---|",
     ]
     reached = [(r, steps_to_target(r.losses, target, r.batch, window)) for r in records]
     usable = [(r, s) for r, s in reached if s is not None]
@@ -184,8 +202,9 @@ def validate(name: str, records: list[RunRecord], target: float, window: int) ->
     simple = [b for r, s in usable if (b := r.noise_scale_at(s)) is not None and b > 0]
     for record, steps in reached:
         b_simple = record.noise_scale_at(steps) if steps is not None else None
+        lr = "default" if record.base_lr is None else f"{record.base_lr:g}"
         lines.append(
-            f"| {record.batch} | {steps if steps is not None else 'not reached'} | "
+            f"| {record.batch} | {lr} | {steps if steps is not None else 'not reached'} | "
             f"{fit.steps(record.batch):.0f} | {'' if b_simple is None else f'{b_simple:.4g}'} |"
         )
     lines += [
@@ -209,6 +228,9 @@ def main() -> None:
     parser.add_argument("--target", type=float, default=0.2, help="training loss to reach")
     parser.add_argument("--base-epochs", type=int, default=10)
     parser.add_argument("--window-samples", type=int, default=1024)
+    parser.add_argument(
+        "--lrs", nargs="*", type=float, default=[], help="base LRs to try at each batch"
+    )
     parser.add_argument("--set", nargs="*", default=[], help="more overrides for every run")
     args = parser.parse_args()
     report = []
@@ -216,7 +238,14 @@ def main() -> None:
         for name in args.workloads:
             overrides = [*WORKLOADS[name], *args.set]
             records = [
-                train(Path(tmp), overrides, b, args.base_epochs * max(1, b // 64))
+                best_tuned(
+                    [
+                        train(Path(tmp), overrides, b, args.base_epochs * max(1, b // 64), lr)
+                        for lr in args.lrs or [None]
+                    ],
+                    args.target,
+                    args.window_samples,
+                )
                 for b in args.batches
             ]
             report += [*validate(name, records, args.target, args.window_samples), ""]

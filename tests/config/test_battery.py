@@ -106,6 +106,7 @@ BATTERY = [
     case("global_batch_size=-64", "global_batch_size=-64"),
     case("horovod.backward_passes_per_step=100", "horovod.backward_passes_per_step=100"),
     case("horovod.fusion_threshold_kb=-1", "horovod.fusion_threshold_kb=-1: use 0 to disable"),
+    case("horovod.gloo_timeout_s=0", "horovod.gloo_timeout_s=0: give a positive time in s"),
     # Epochs and schedules.
     case("train.epochs=0", "train.epochs=0: train for at least 1 epoch"),
     case("train.epochs=-3", "train.epochs=-3: train for at least 1 epoch"),

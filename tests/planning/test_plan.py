@@ -187,8 +187,11 @@ def test_horovod_knobs_map_to_flags_and_environment(compose_cfg):
         "horovod.autotune=true",
         "horovod.timeline=true",
         "horovod.hierarchical_allreduce=true",
+        "horovod.gloo_timeout_s=300",
     )
     env, cmd = dict(plan.launch_env), plan.launch_command
+    assert env["HOROVOD_GLOO_TIMEOUT_SECONDS"] == "300"  # horovodrun has no flag for it
+    assert "HOROVOD_GLOO_TIMEOUT_SECONDS" not in dict(plan_for(compose_cfg).launch_env)
     assert plan.fusion_threshold_bytes == 32768 and env["HOROVOD_FUSION_THRESHOLD"] == "32768"
     assert env["HOROVOD_CYCLE_TIME"] == "2.5"
     assert "--autotune" in cmd and "/runs/x/horovod_autotune.csv" in cmd
@@ -218,6 +221,7 @@ def test_srun_ranks_get_every_knob_as_a_horovod_variable(compose_cfg):
         "horovod.hierarchical_allreduce=true",
         "horovod.network_interface=ib0 1",
         "horovod.cycle_time_ms=2",
+        "horovod.gloo_timeout_s=120",
     )
     plan = plan_for(compose_cfg, "launcher=srun", "nodes=2", *knobs, facts=slurm)
     env, cmd = dict(plan.launch_env), plan.launch_command
@@ -227,7 +231,7 @@ def test_srun_ranks_get_every_knob_as_a_horovod_variable(compose_cfg):
     assert env["HOROVOD_TIMELINE"] == "/runs/x/horovod_timeline.json"
     assert env["HOROVOD_GLOO_IFACE"] == "ib0 1"  # a value with a space stays one value
     # (the ssh knobs are refused: tests/cluster/test_slurm_allocation.py)
-    assert env["HOROVOD_CYCLE_TIME"] == "2"
+    assert env["HOROVOD_CYCLE_TIME"] == "2" and env["HOROVOD_GLOO_TIMEOUT_SECONDS"] == "120"
     horovodrun = plan_for(compose_cfg, "horovod.network_interface=ib0 1", "horovod.ssh_port=2222")
     cmd = horovodrun.launch_command
     assert cmd[cmd.index("--network-interface") + 1] == "ib0 1" and "2222" in cmd

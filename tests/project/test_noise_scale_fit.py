@@ -11,6 +11,7 @@ import pytest
 from bench.noise_scale_validation import (
     RunRecord,
     agreement,
+    best_tuned,
     centred_mean,
     fit_critical_batch,
     step_noise_scale,
@@ -77,8 +78,17 @@ def test_a_workload_table_from_runs_that_follow_the_model():
 
     lines = validate("mlp", [record(b) for b in BATCHES], target=0.5, window=0)
     assert lines[0] == "### mlp: steps to a training loss of 0.5"
-    assert "| 32 | 362 | 362 | 150 |" in lines
+    assert "| 32 | default | 362 | 362 | 150 |" in lines
     (fit,) = [line for line in lines if line.startswith("- fit:")]
     assert "B_crit = 198 samples" in fit  # 200, to the rounding of the steps
     b_crit = fit_critical_batch(BATCHES, [round(50 * (1 + 200 / b)) for b in BATCHES]).b_crit
     assert lines[-1] == f"- B_simple (median) = 150 samples; {agreement(150, b_crit)}"
+
+
+def test_of_a_batch_s_lr_grid_the_run_that_reached_the_target_first_is_kept():
+    def record(base_lr: float, slope: float) -> RunRecord:
+        return RunRecord(64, [(s, 1 - slope * s) for s in range(1, 200)], {}, base_lr)
+
+    slow, fast, never = record(0.001, 0.005), record(0.002, 0.01), record(0.004, 0.0)
+    assert best_tuned([slow, never, fast], target=0.5, window=0) is fast
+    assert best_tuned([never, slow], target=0.5, window=0) is slow

@@ -250,6 +250,11 @@ class HorovodConfig:
     backward_passes_per_step: int = 1
     # Seconds horovodrun waits for all ranks to start (also the ssh pre-flight timeout).
     start_timeout: int = 60
+    # Seconds Gloo waits for a peer, at the ranks' rendezvous and in every collective
+    # (HOROVOD_GLOO_TIMEOUT_SECONDS); null keeps Horovod's 30 s. Raise it when many ranks
+    # start on few cores (they must all have imported TensorFlow within it); a rank that
+    # dies inside a collective is noticed by its peers only after it.
+    gloo_timeout_s: int | None = None
     # Multi-host: the NIC the ranks talk over (same name on every host, e.g. ib0), and how
     # horovodrun reaches the hosts by ssh.
     network_interface: str | None = None

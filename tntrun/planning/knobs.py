@@ -72,7 +72,7 @@ def horovod_knobs(hvd: HorovodConfig, run_dir: Path) -> tuple[HorovodKnob, ...]:
 
 
 def tuning_knobs(hvd: HorovodConfig) -> list[HorovodKnob]:
-    """Tensor fusion and the background cycle (Horovod variables only)."""
+    """Tensor fusion, the background cycle and Gloo's wait (Horovod variables only)."""
     knobs: list[HorovodKnob] = []
     fusion_kb = hvd.fusion_threshold_kb
     if fusion_kb is not None:
@@ -90,6 +90,14 @@ def tuning_knobs(hvd: HorovodConfig) -> list[HorovodKnob]:
         knobs.append(
             HorovodKnob("cycle_time_ms", cycle, env=(("HOROVOD_CYCLE_TIME", f"{cycle:g}"),))
         )
+    gloo = hvd.gloo_timeout_s
+    if gloo is not None:
+        if gloo <= 0:
+            raise PlanError(
+                f"horovod.gloo_timeout_s={gloo}: give a positive time in s (null: Horovod's 30)"
+            )
+        env = (("HOROVOD_GLOO_TIMEOUT_SECONDS", str(gloo)),)
+        knobs.append(HorovodKnob("gloo_timeout_s", gloo, env=env))
     return knobs
 
 
