@@ -28,10 +28,12 @@ run: setup
 # Root can install every component (set-up does), so under root nothing may be skipped.
 REQUIRE_COMPONENTS := $(shell [ "$$(id -u)" = 0 ] && echo 1)
 
-# One pytest worker per core: a run's ranks leave a core idle while they start, wait or
-# sync, and the other worker's tests use it (tests/conftest.py keeps a module on one worker).
+# One pytest worker per core and one more: a run's ranks leave the cores idle while they
+# start, wait out a timeout or sync, and the other workers' tests use them (with one per
+# core the CPUs stood idle a quarter of the time). tests/conftest.py keeps a module on one.
+WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 test: setup
-	TNTRUN_REQUIRE_COMPONENTS=$(REQUIRE_COMPONENTS) $(BIN)/python -m pytest -n auto --dist loadscope $(ARGS)
+	TNTRUN_REQUIRE_COMPONENTS=$(REQUIRE_COMPONENTS) $(BIN)/python -m pytest -n $(WORKERS) --dist loadscope $(ARGS)
 
 test-scale: setup
 	TNTRUN_SCALE_TESTS=1 TNTRUN_REQUIRE_COMPONENTS=$(REQUIRE_COMPONENTS) $(BIN)/python -m pytest -m scale -s $(ARGS)
