@@ -20,13 +20,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from runs import QUIET, finished_run
+from runs import BIN, QUIET, finished_run, timed_tntrun
 
 KEYS = {"wall_s": "default run wall s", "mlp_step_ms": "mlp step ms", "cnn_step_ms": "cnn step ms"}
 SETTINGS = {"on": "train.gradient_noise_scale=true", "off": "train.gradient_noise_scale=false"}
@@ -34,13 +32,8 @@ SETTINGS = {"on": "train.gradient_noise_scale=true", "off": "train.gradient_nois
 
 def tntrun(work: Path, *overrides: str) -> tuple[float, dict[str, float]]:
     """Wall seconds of one ``tntrun`` (outputs and store in ``work``), its run's metrics."""
-    command = [str(Path(sys.executable).parent / "tntrun"), *overrides, f"output_root={work}"]
-    start = time.monotonic()
-    done = subprocess.run(command, cwd=work, capture_output=True, text=True)
-    wall = time.monotonic() - start
-    if done.returncode != 0:
-        raise RuntimeError(f"{command} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
-    client, run_id = finished_run(work, done.stdout)
+    wall, _, out = timed_tntrun(BIN / "tntrun", work, *overrides)
+    client, run_id = finished_run(work, out)
     return wall, client.get_run(run_id).data.metrics
 
 

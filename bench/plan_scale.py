@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -25,6 +24,8 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from runs import children_cpu
 
 # case: (hosts of 8 GPUs, given in a hostfile rather than hosts=[...])
 CASES = {"8": (1, False), "512": (64, False), "8192": (1024, False), "8192 hostfile": (1024, True)}
@@ -47,11 +48,6 @@ def overrides(case: str, work: str) -> list[str]:
         "dry_run=true",
         f"output_root={work}",
     ]
-
-
-def children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def command_run(case: str, work: str, code: str | None = None) -> tuple[float, float, int]:

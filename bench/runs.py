@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import resource
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -42,3 +44,21 @@ def run_metrics(work: Path, *overrides: str) -> dict[str, float]:
     """The final metrics of one ``tntrun`` run."""
     client, run_id = run_tntrun(work, *overrides)
     return client.get_run(run_id).data.metrics
+
+
+def children_cpu() -> float:
+    """CPU seconds of this process's ended children (a run's driver and ranks, once waited)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed_tntrun(tntrun: Path, work: Path, *overrides: str) -> tuple[float, float, str]:
+    """Wall and CPU seconds of one run of the ``tntrun`` command ``tntrun`` (outputs and
+    store in ``work``), and its stdout; a failed run raises with the end of its output."""
+    command = [str(tntrun), *overrides, f"output_root={work}"]
+    cpu, start = children_cpu(), time.monotonic()
+    done = subprocess.run(command, cwd=work, capture_output=True, text=True)
+    wall, cpu = time.monotonic() - start, children_cpu() - cpu
+    if done.returncode != 0:
+        raise RuntimeError(f"{command} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+    return wall, cpu, done.stdout

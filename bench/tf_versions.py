@@ -22,15 +22,13 @@ Medians per environment and ratios of medians against the first environment name
 from __future__ import annotations
 
 import argparse
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from runs import QUIET, finished_run
+from runs import QUIET, finished_run, timed_tntrun
 
 KEYS = {
     "wall_s": "default run wall s",
@@ -41,27 +39,12 @@ KEYS = {
 }
 
 
-def children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def tntrun(venv: Path, work: Path, *overrides: str) -> tuple[float, float, str]:
-    """Wall and CPU seconds of one ``tntrun`` of ``venv`` (outputs in ``work``), its stdout."""
-    command = [str(venv / "bin" / "tntrun"), *overrides, f"output_root={work}"]
-    cpu, start = children_cpu(), time.monotonic()
-    done = subprocess.run(command, cwd=work, capture_output=True, text=True)
-    wall, cpu = time.monotonic() - start, children_cpu() - cpu
-    if done.returncode != 0:
-        raise RuntimeError(f"{command} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
-    return wall, cpu, done.stdout
-
-
 def measure(venv: Path, work: Path, cnn_epochs: int) -> dict[str, float]:
-    wall, cpu, out = tntrun(venv, work)
+    tntrun = venv / "bin" / "tntrun"
+    wall, cpu, out = timed_tntrun(tntrun, work)
     client, run_id = finished_run(work, out)
     metrics = client.get_run(run_id).data.metrics
-    _, _, out = tntrun(venv, work, "model=cnn", f"train.epochs={cnn_epochs}", *QUIET)
+    _, _, out = timed_tntrun(tntrun, work, "model=cnn", f"train.epochs={cnn_epochs}", *QUIET)
     client, run_id = finished_run(work, out)
     cnn = client.get_run(run_id).data.metrics
     return {
