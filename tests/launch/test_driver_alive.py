@@ -17,6 +17,7 @@ from tntrun.contract import run_files
 from tntrun.contract.clock import process_start_time
 from tntrun.contract.driver_alive import (
     BEAT_S,
+    REAP_GRACE_S,
     DriverHeartbeat,
     driver_tags,
     lost_driver,
@@ -157,3 +158,79 @@ def test_the_heartbeat_stops_with_a_killed_driver(tmp_path):
     last = path.read_text()
     time.sleep(2 * BEAT_S)
     assert path.read_text() == last, "beats went on without a driver"
+
+
+# A rank whose main thread holds the GIL in a call that does not return (a collective
+# waiting on a dead peer; here libc's sleep through PyDLL), with the rank's watch thread
+# and, unless told not to, its backstop process.
+HELD_RANK = """
+import ctypes, sys
+from pathlib import Path
+from tntrun.contract.driver_alive import start_backstop, watch_driver
+run_dir = Path(sys.argv[1])
+watch_driver(run_dir)
+if sys.argv[2] == "backstop":
+    start_backstop(run_dir)
+print("held", flush=True)
+ctypes.PyDLL(None).sleep(120)
+"""
+
+
+def held_rank(run_dir, backstop: bool) -> subprocess.Popen:
+    rank = subprocess.Popen(
+        [sys.executable, "-c", HELD_RANK, str(run_dir), "backstop" if backstop else "thread"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert rank.stdout.readline() == "held\n", rank.stderr.read()
+    return rank
+
+
+@pytest.mark.slow
+def test_a_rank_holding_the_gil_is_killed_by_its_backstop_when_the_driver_stops(tmp_path):
+    heartbeat = DriverHeartbeat(tmp_path)
+    heartbeat.start()
+    alone, backed = held_rank(tmp_path, backstop=False), held_rank(tmp_path, backstop=True)
+    try:
+        time.sleep(2 * BEAT_S)
+        assert alone.poll() is None and backed.poll() is None  # a beating driver: both run
+        heartbeat.stop()
+        stopped = time.monotonic()
+        # Seen within a poll, killed REAP_GRACE_S later (a poll's granularity).
+        bound = POLL_S + REAP_GRACE_S + POLL_S + MARGIN_S
+        assert backed.wait(timeout=bound) == -signal.SIGKILL, backed.stderr.read()
+        assert time.monotonic() - stopped >= REAP_GRACE_S - 0.1
+        assert "did not end within 5 s (held in a call): killed" in backed.stderr.read()
+        # The positive control: its watch thread alone cannot end the same rank.
+        assert alone.poll() is None, "the thread ended a rank holding the GIL: no backstop needed"
+    finally:
+        for rank in (alone, backed):
+            rank.kill()
+            rank.wait()
+
+
+@pytest.mark.slow
+def test_a_backstop_ends_with_its_rank(tmp_path):
+    heartbeat = DriverHeartbeat(tmp_path)
+    heartbeat.start()
+    rank = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from tntrun.contract import driver_alive\n"
+        "driver_alive.start_backstop(Path(sys.argv[1]))\n"
+        "print(driver_alive._backstop.pid, flush=True)\n"
+    )
+    try:
+        run = subprocess.run(
+            [sys.executable, "-c", rank, str(tmp_path)], capture_output=True, text=True, timeout=60
+        )
+        assert_exit(run, 0)
+        backstop = int(run.stdout)
+        deadline = time.monotonic() + POLL_S + MARGIN_S + 5
+        while process_start_time(backstop) is not None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert process_start_time(backstop) is None, "the backstop outlived its rank"
+    finally:
+        heartbeat.stop()

@@ -8,6 +8,8 @@ on another host, which horovodrun's ssh leaves running, ends within half a secon
 or when the file has not changed for :data:`LOST_AFTER_S` seconds: a SIGKILLed
 driver (the OOM killer, Slurm's KillWait) takes its ranks along within seconds, on
 every host (the run directory is shared), instead of leaving them training for nobody.
+A rank whose thread cannot run (its main thread holding the GIL in a call blocked on a
+dead peer) is killed by its backstop process a few seconds later (:func:`start_backstop`).
 
 Later tntrun commands judge a RUNNING run's driver from the tags it recorded
 (host, pid, start time) and the same file: :func:`lost_driver`.
@@ -35,6 +37,7 @@ BEAT_S = 1.0
 LOST_AFTER_S = 5.0  # a rank ends this long after the driver's last beat
 STALE_AFTER_S = 120.0  # another host's driver is judged gone by its file's age only
 STOPPED = "stopped"  # the driver's last beat: its ranks end now
+REAP_GRACE_S = 5.0  # a rank's watch thread, when it can run, ends the rank within a poll
 
 
 def driver_tags() -> dict[str, str]:
@@ -111,6 +114,31 @@ def keep_beating(path: Path, identity: str) -> None:
             write_beat(path, identity, count)
 
 
+class BeatWatch:
+    """Reads the driver's heartbeat file and judges it: why the ranks must end (its
+    ``stopped`` beat, or no new beat for ``lost_after`` seconds), else None."""
+
+    def __init__(self, path: Path, lost_after: float) -> None:
+        self.path, self.lost_after = path, lost_after
+        self._last: str | None = None
+        self._changed = time.monotonic()
+
+    def verdict(self) -> str | None:
+        try:
+            beat = self.path.read_text()
+        except OSError:
+            beat = self._last
+        now = time.monotonic()
+        if beat is not None and beat.split()[-1:] == [STOPPED]:
+            return f"the driver stopped the run ({self.path})"
+        if beat != self._last:
+            self._last, self._changed = beat, now
+        elif now - self._changed >= self.lost_after:
+            silence = f"no heartbeat in {self.path} for {now - self._changed:.0f} s"
+            return f"the driver is gone ({silence})"
+        return None
+
+
 def watch_driver(
     run_dir: Path, on_lost: Callable[[str], None] | None = None, lost_after: float = LOST_AFTER_S
 ) -> threading.Thread | None:
@@ -126,27 +154,55 @@ def watch_driver(
         os._exit(EXIT_DRIVER_LOST)
 
     def watch() -> None:
-        last, changed = None, time.monotonic()
-        while True:
-            try:
-                beat = path.read_text()
-            except OSError:
-                beat = last
-            now = time.monotonic()
-            if beat is not None and beat.split()[-1:] == [STOPPED]:
-                (on_lost or lost)(f"the driver stopped the run ({path})")
-                return
-            if beat != last:
-                last, changed = beat, now
-            elif now - changed >= lost_after:
-                silence = f"no heartbeat in {path} for {now - changed:.0f} s"
-                (on_lost or lost)(f"the driver is gone ({silence})")
-                return
+        beats = BeatWatch(path, lost_after)
+        while (why := beats.verdict()) is None:
             time.sleep(BEAT_S / 2)
+        (on_lost or lost)(why)
 
     thread = threading.Thread(target=watch, name="tntrun-driver-watch", daemon=True)
     thread.start()
     return thread
+
+
+_backstop: subprocess.Popen[bytes] | None = None  # held: its stdin open while this rank lives
+
+
+def start_backstop(run_dir: Path, lost_after: float = LOST_AFTER_S) -> bool:
+    """A small process that SIGKILLs this rank :data:`REAP_GRACE_S` after the driver's stop
+    or silence, if the watch thread has not ended it by then: a thread needs the GIL, which
+    a main thread can hold inside a call blocked on a dead peer (a collective waiting out
+    ``horovod.gloo_timeout_s``), and a SIGTERM's Python handler needs it too. The process
+    needs nothing of the rank's; it ends with the rank (its stdin closes). False without a
+    heartbeat (a rank started by hand)."""
+    global _backstop
+    path = run_dir / run_files.DRIVER_ALIVE
+    if not path.exists():
+        return False
+    command = [sys.executable, "-m", __name__, "--backstop", str(path), str(os.getpid())]
+    _backstop = subprocess.Popen([*command, f"{lost_after:g}"], stdin=subprocess.PIPE)
+    return True
+
+
+def reap_when_lost(path: Path, rank_pid: int, lost_after: float) -> None:
+    """The backstop process: judge the beats as the rank's watch does, and kill the rank
+    if it still runs :data:`REAP_GRACE_S` after the verdict; return when the rank ends."""
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP):
+        signal.signal(number, signal.SIG_IGN)  # the rank's to handle, not this process's
+    beats, due = BeatWatch(path, lost_after), None
+    while not select.select([sys.stdin], [], [], BEAT_S / 2)[0]:
+        if due is None:
+            if (why := beats.verdict()) is not None:
+                due = time.monotonic() + REAP_GRACE_S
+        elif time.monotonic() >= due:
+            print(
+                f"tntrun: {why}, and rank pid {rank_pid} did not end within "
+                f"{REAP_GRACE_S:g} s (held in a call): killed",
+                file=sys.stderr,
+                flush=True,
+            )
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(rank_pid, signal.SIGKILL)
+            return
 
 
 def lost_driver(
@@ -176,4 +232,7 @@ def lost_driver(
 
 
 if __name__ == "__main__":
-    keep_beating(Path(sys.argv[1]), sys.argv[2])
+    if sys.argv[1] == "--backstop":
+        reap_when_lost(Path(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]))
+    else:
+        keep_beating(Path(sys.argv[1]), sys.argv[2])

@@ -60,9 +60,10 @@ def main(argv: list[str]) -> int:
         print("usage: python -m tntrun.engine.worker <run_dir>", file=sys.stderr)
         return 2
     run_dir = Path(argv[1])
-    from tntrun.contract.driver_alive import watch_driver
+    from tntrun.contract.driver_alive import start_backstop, watch_driver
 
     watch_driver(run_dir)  # ends this rank within seconds of its driver (even a SIGKILLed one)
+    start_backstop(run_dir)  # and kills it where the watch cannot run (the GIL held)
     from tntrun.contract.stop_requests import StopRequests
     from tntrun.planning.plan import SELF_BINDING, Plan
 
