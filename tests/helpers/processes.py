@@ -139,7 +139,7 @@ def role(process: Process, driver: int | None) -> str:
     if "tntrun.launch.rendezvous_server" in argv:
         return "rendezvous server"
     if argv[1:4] == ("-m", "tntrun.contract.driver_alive", "--backstop"):
-        return "rank backstop"
+        return "backstop"
     if process.comm == "slurmstepd":
         return "slurmstepd"
     if names and names[0] == "ssh":

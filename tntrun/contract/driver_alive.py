@@ -171,7 +171,8 @@ def start_backstop(run_dir: Path, lost_after: float = LOST_AFTER_S) -> bool:
     """A small process that SIGKILLs this rank :data:`REAP_GRACE_S` after the driver's stop
     or silence, if the watch thread has not ended it by then: a thread needs the GIL, which
     a main thread can hold inside a call blocked on a dead peer (a collective waiting out
-    ``horovod.gloo_timeout_s``), and a SIGTERM's Python handler needs it too. The process
+    ``horovod.gloo_timeout_s``), and a SIGTERM's Python handler needs it too; the thread's
+    last words can block on a stderr nobody reads any more (its ssh session gone). The process
     needs nothing of the rank's; it ends with the rank (its stdin closes). False without a
     heartbeat (a rank started by hand)."""
     global _backstop
@@ -194,14 +195,16 @@ def reap_when_lost(path: Path, rank_pid: int, lost_after: float) -> None:
             if (why := beats.verdict()) is not None:
                 due = time.monotonic() + REAP_GRACE_S
         elif time.monotonic() >= due:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(rank_pid, signal.SIGKILL)
+            # After the kill: a stderr nobody reads (an ssh session gone) may block a write,
+            # as it may have blocked the rank's own last words.
             print(
                 f"tntrun: {why}, and rank pid {rank_pid} did not end within "
                 f"{REAP_GRACE_S:g} s (held in a call): killed",
                 file=sys.stderr,
                 flush=True,
             )
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(rank_pid, signal.SIGKILL)
             return
 
 
