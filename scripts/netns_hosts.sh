@@ -127,6 +127,12 @@ up() {
   echo "$COUNT" > "$STATE/host_count"
   [ -f "$STATE/id_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -f "$STATE/id_ed25519"
   [ -f "$STATE/host_key" ] || ssh-keygen -q -t ed25519 -N '' -f "$STATE/host_key"
+  # New hosts at these addresses with this set-up's host key: forget the keys an earlier
+  # set-up left in root's known_hosts (written by the StrictHostKeyChecking=no of
+  # horovodrun's and tntrun's ssh), which ssh holds against a changed key and fails.
+  if [ -f "$HOME/.ssh/known_hosts" ]; then
+    for i in "${HOSTS[@]}"; do ssh-keygen -q -R "[10.77.0.$i]:$PORT" >/dev/null 2>&1 || true; done
+  fi
   cp "$STATE/id_ed25519.pub" "$STATE/authorized_keys"
   chmod 600 "$STATE/authorized_keys"
 
