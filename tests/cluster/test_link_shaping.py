@@ -104,16 +104,39 @@ def test_a_cpu_share_is_a_number_of_cores(tmp_path):
         assert "CORES: e.g. 0.5" in done.stderr, done.stderr
 
 
+def root_qdiscs(hosts) -> list[str]:
+    """Each test host's root queueing discipline on its link, as the kernel reports it."""
+    return [
+        subprocess.run(
+            ["ip", "netns", "exec", name, "tc", "qdisc", "show", "dev", "tnt0", "root"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for name in hosts.names
+    ]
+
+
+# The rates asked, and whether the measurement (a Python TCP transfer, CPU-bound) reaches
+# the rate on a machine whose cores other tests share: 200 Mbit/s always (690 Mbit/s came
+# through a 1 Gbit/s link beside three test workers), 1 Gbit/s only on a quiet machine. A
+# shaped link never carries more than asked, busy or not.
+RATES = {"1gbit": (1e9, False), "200mbit": (2e8, True)}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("asked", [{"1gbit": 1e9, "200mbit": 2e8}])
-def test_the_hosts_get_the_link_rate_asked(netns_hosts, asked):
+def test_the_hosts_get_the_link_rate_asked(netns_hosts):
     try:
-        for value, expected in asked.items():
+        for value, (expected, reached) in RATES.items():
             measured = netns_hosts_sh(netns_hosts, "shape", value)["bits_per_s"]
-            assert within(measured, expected, 0.10), (value, measured)
+            assert measured <= expected * 1.10, (value, measured)
+            assert within(measured, expected, 0.10) or not reached, (value, measured)
+            assert all(
+                " tbf " in q and f"rate {value}" in q.lower() for q in root_qdiscs(netns_hosts)
+            )
     finally:
-        lifted = netns_hosts_sh(netns_hosts, "shape", "off")["bits_per_s"]  # as others use them
-    assert lifted > 2e9
+        netns_hosts_sh(netns_hosts, "shape", "off")  # as other tests use them
+    assert not any(" tbf " in q for q in root_qdiscs(netns_hosts)), "off lifts the shaping"
 
 
 @pytest.mark.slow
