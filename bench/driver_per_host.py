@@ -17,13 +17,16 @@ the ssh clients, live or reaped) sampled every 0.1 s; the ranks run on the hosts
 counted. Per-host slope: least squares over the host counts.
 
 Run as root, from the checkout, alone (the hosts' names are fixed):
-``.venv/bin/python bench/driver_per_host.py [--hosts 2 4 8 16 32]``.
+``.venv/bin/python bench/driver_per_host.py [--hosts 2 4 8 16 32]``. A run that does not end
+as planned keeps its outputs (the ranks' logs) in outputs/bench/driver_per_host/, and the
+bench goes on with the next host count.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sqlite3
 import statistics
 import subprocess
@@ -125,6 +128,18 @@ def driven(args: list[str], work: Path) -> tuple[DriverClock, list[tuple[float, 
     return clock, lines, code
 
 
+KEPT = ROOT / "outputs" / "bench" / "driver_per_host"  # the outputs of runs that went wrong
+
+
+class RunFailed(RuntimeError):
+    """A run that did not end as the bench needs; its outputs (the ranks' logs) are kept."""
+
+    def __init__(self, work: Path, why: str) -> None:
+        kept = KEPT / f"{time.strftime('%Y%m%d-%H%M%S')}-{work.name}"
+        shutil.copytree(work / "outputs", kept, ignore=shutil.ignore_patterns("checkpoints"))
+        super().__init__(f"{why}\n(its outputs, the ranks' logs among them: {kept})")
+
+
 def interval(clock: DriverClock, start: float, end: float) -> dict[str, float]:
     (cpu0, tree0), (cpu1, tree1) = clock.at(start), clock.at(end)
     return {"wall_s": end - start, "driver_cpu_s": cpu1 - cpu0, "tree_cpu_s": tree1 - tree0}
@@ -135,7 +150,7 @@ def finished_run(work: Path, hosts: list[str], port: str, key: str) -> dict:
     args += ["tracking.system_metrics_interval_s=1", "tracking.log_every_steps=1"]
     clock, lines, code = driven(args, work)
     if code != 0:
-        raise RuntimeError("".join(line for _, line in lines)[-3000:])
+        raise RunFailed(work, "".join(line for _, line in lines)[-3000:])
     start, end = clock.samples[0][0], clock.samples[-1][0]
     launched = clock.first(lambda s: s[3] >= len(hosts))
     metrics = next((work / "outputs").rglob("metrics.jsonl")).read_text().splitlines()
@@ -173,7 +188,7 @@ def killed_run(work: Path, hosts: list[str], port: str, key: str) -> dict:
     clock, lines, code = driven([*args, "tracking.system_metrics=false"], work)
     killed = next(t for t, line in lines if "injecting fault" in line)
     if code == 0 or "FAILED" not in run_status(work):
-        raise RuntimeError("the killed run did not fail")
+        raise RunFailed(work, "the killed run did not fail")
     return interval(clock, killed, clock.samples[-1][0])
 
 
@@ -255,7 +270,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         make_store(Path(scratch) / "mlflow.db")
         for count in args.hosts:
-            results.append(one_count(count, Path(scratch)))
+            try:
+                results.append(one_count(count, Path(scratch)))
+            except RunFailed as failed:  # the counts measured so far still make a table
+                print(f"{count} hosts: {failed}", flush=True)
+                continue
             print(json.dumps(results[-1]), flush=True)
     print(table(results))
 
