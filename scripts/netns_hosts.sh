@@ -67,6 +67,30 @@ host_down() {
   ip link del "tntv$i" 2>/dev/null || true
 }
 
+# Linux keeps one ARP table for all network namespaces, of at most 1,024 entries by default
+# (gc_thresh3). Hosts that all talk to each other (Gloo's full mesh) need about COUNT^2: at
+# 32 hosts the table overflowed (dmesg: "neighbor table overflow!") and a rank's connect to
+# another host failed with "No route to host". `up` raises the limits for its hosts (never
+# lowers them), keeping the machine's values in STATE; `down` puts them back.
+NEIGH=/proc/sys/net/ipv4/neigh/default
+neigh_up() {
+  local need=$(( COUNT * COUNT + 256 )) t target now
+  [ -f "$STATE/neigh_thresh" ] || cat "$NEIGH/gc_thresh1" "$NEIGH/gc_thresh2" "$NEIGH/gc_thresh3" \
+    > "$STATE/neigh_thresh"
+  for t in 1 2 3; do
+    target=$(( need * (t == 1 ? 1 : t == 2 ? 2 : 4) ))
+    now=$(cat "$NEIGH/gc_thresh$t")
+    [ "$now" -ge "$target" ] || echo "$target" > "$NEIGH/gc_thresh$t"
+  done
+}
+neigh_down() {
+  [ -f "$STATE/neigh_thresh" ] || return 0
+  local t=1 value
+  while read -r value; do echo "$value" > "$NEIGH/gc_thresh$t"; t=$(( t + 1 )); done \
+    < "$STATE/neigh_thresh"
+  rm -f "$STATE/neigh_thresh"
+}
+
 down() {
   local i
   for i in $(seq "$MAX_HOSTS"); do  # also those of an earlier `up` with more hosts
@@ -74,6 +98,7 @@ down() {
   done
   wait
   ip link del "$BRIDGE" 2>/dev/null || true
+  neigh_down
   if grep -q "$HOSTS_TAG" /etc/hosts; then
     grep -v "$HOSTS_TAG" /etc/hosts > /etc/hosts.tntrun && cat /etc/hosts.tntrun > /etc/hosts
     rm -f /etc/hosts.tntrun
@@ -136,6 +161,7 @@ up() {
   cp "$STATE/id_ed25519.pub" "$STATE/authorized_keys"
   chmod 600 "$STATE/authorized_keys"
 
+  neigh_up
   ip link add "$BRIDGE" type bridge
   ip addr add 10.77.0.254/24 dev "$BRIDGE"
   ip link set "$BRIDGE" up
