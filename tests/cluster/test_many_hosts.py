@@ -17,8 +17,8 @@ import pytest
 
 from tests.helpers.asserts import assert_succeeded
 from tests.helpers.bounds import AFTER_RANK_FAILURE_S
-from tests.helpers.commands import start_tntrun, stop_session, tntrun_cli
-from tests.helpers.driving import LONG_RUN, fault, the_run
+from tests.helpers.commands import tntrun_cli
+from tests.helpers.driving import LONG_RUN, fault, run_reading, the_run
 from tests.helpers.netns import (
     NetnsHosts,
     netns_hosts_down,
@@ -60,26 +60,6 @@ def assert_nothing_left_on_any_host(state: Path) -> None:
     while (left := processes_on_hosts(state)) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not left, f"left on the hosts: {left}"
-
-
-def run_reading(
-    tmp_path: Path, args: tuple[str, ...], on_line=None, marker: str = "injecting fault"
-) -> tuple[int, str, float]:
-    """tntrun to its end, its output read line by line (``on_line`` called on each); the exit
-    code, the output and the seconds from the first line with ``marker`` to the end."""
-    process = start_tntrun(tmp_path, *args)
-    lines, fault_at = [], None
-    try:
-        for line in process.stdout:
-            lines.append(line)
-            if fault_at is None and marker in line:
-                fault_at = time.monotonic()
-            if on_line is not None:
-                on_line(line)
-        code = process.wait(timeout=600)
-    finally:
-        stop_session(process)
-    return code, "".join(lines), time.monotonic() - (fault_at or time.monotonic())
 
 
 def test_the_default_run_finishes_with_a_rank_on_every_host(many_hosts, tmp_path):

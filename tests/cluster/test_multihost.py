@@ -17,12 +17,13 @@ from mlflow.tracking import MlflowClient
 
 from tests.helpers.asserts import assert_exit, assert_succeeded
 from tests.helpers.bounds import AFTER_RANK_FAILURE_S, BUSY_MARGIN_S
-from tests.helpers.commands import clean_env, start_tntrun, stop_session, tntrun_cli
+from tests.helpers.commands import clean_env, tntrun_cli
 from tests.helpers.driving import (
     LONG_RUN,
     assert_ctrl_c_stops_every_rank,
     assert_nothing_left,
     fault,
+    run_reading,
     run_until,
     the_run,
 )
@@ -64,24 +65,15 @@ def assert_one_rank_per_host(seen: list[Process], hosts: NetnsHosts) -> None:
     ],
 )
 def test_unreachable_host_or_wrong_port_is_a_clear_error(netns_hosts, tmp_path, override, message):
-    driver = start_tntrun(tmp_path, *remote(netns_hosts), "horovod.start_timeout=3", override)
-    planned, output = None, []
-    try:
-        for line in driver.stdout:  # stderr merged
-            if planned is None and line.startswith("tntrun: 2 ranks on"):
-                planned = time.monotonic()
-            output.append(line)
-        ended = time.monotonic()
-        assert driver.wait(timeout=30) == 2, "".join(output)
-    finally:
-        stop_session(driver)
-    text = "".join(output)
-    assert message in text and "Traceback" not in text and planned is not None, text
+    args = (*remote(netns_hosts), "horovod.start_timeout=3", override)
+    code, text, after_plan_s = run_reading(tmp_path, args, marker="tntrun: 2 ranks on")
+    assert code == 2, text
+    assert message in text and "Traceback" not in text and "tntrun: 2 ranks on" in text, text
     # From the plan to the refusal: the ssh answer is awaited start_timeout (+5 s for ssh
     # itself) while the store opens to record the failure (MLflow's import: 10 s on a busy
     # machine), and a margin. The driver's start-up before the plan is not the pre-flight's
     # (timed from the command's start, 32 s were seen on a machine running 3 test workers).
-    assert ended - planned < 3 + 5 + 10 + BUSY_MARGIN_S, f"{ended - planned:.1f} s"
+    assert after_plan_s < 3 + 5 + 10 + BUSY_MARGIN_S, f"{after_plan_s:.1f} s"
     client = MlflowClient(store_uri(tmp_path))
     (run,) = client.search_runs([client.get_experiment_by_name("tntrun").experiment_id])
     assert run.info.status == "FAILED" and message in run.data.tags["failure.preflight"]

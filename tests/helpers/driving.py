@@ -9,6 +9,7 @@ import signal
 import subprocess
 import threading
 import time
+from pathlib import Path
 from typing import NamedTuple
 
 from mlflow.tracking import MlflowClient
@@ -108,6 +109,26 @@ def run_until(tmp_path, args, marker: str, then=None, roles: tuple[str, ...] = L
     ended = time.monotonic()
     assert marked is not None, f"never saw {marker!r}:\n{driver.output[-3000:]}"
     return Ran(code, ended - marked, driver.output, driver.seen)
+
+
+def run_reading(
+    tmp_path: Path, args: tuple[str, ...], on_line=None, marker: str = "injecting fault"
+) -> tuple[int, str, float]:
+    """tntrun to its end, its output read line by line (``on_line`` called on each); the exit
+    code, the output and the seconds from the first line with ``marker`` to the end."""
+    process = start_tntrun(tmp_path, *args)
+    lines, fault_at = [], None
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            if fault_at is None and marker in line:
+                fault_at = time.monotonic()
+            if on_line is not None:
+                on_line(line)
+        code = process.wait(timeout=600)
+    finally:
+        stop_session(process)
+    return code, "".join(lines), time.monotonic() - (fault_at or time.monotonic())
 
 
 def assert_nothing_left(run_dir, seen: list[Process], since: float, bound: float) -> float:
