@@ -77,8 +77,8 @@ neigh_up() {
   local need=$(( COUNT * COUNT + 256 )) t target now
   [ -f "$STATE/neigh_thresh" ] || cat "$NEIGH/gc_thresh1" "$NEIGH/gc_thresh2" "$NEIGH/gc_thresh3" \
     > "$STATE/neigh_thresh"
-  for t in 1 2 3; do
-    target=$(( need * (t == 1 ? 1 : t == 2 ? 2 : 4) ))
+  for t in 1 2 3; do  # need, twice it, four times it
+    target=$(( need << (t - 1) ))
     now=$(cat "$NEIGH/gc_thresh$t")
     [ "$now" -ge "$target" ] || echo "$target" > "$NEIGH/gc_thresh$t"
   done
