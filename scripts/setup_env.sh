@@ -65,6 +65,41 @@ else
 fi
 supported "$PYTHON" || die "$PYTHON is $("$PYTHON" --version 2>&1): TensorFlow $TF_VERSION with tntrun supports Python ${SUPPORTED_PYTHONS[*]} (set PYTHON=, or remove $VENV)"
 
+# Real components the tests start, from Debian: chromium (the MLflow UI browser test;
+# Playwright cannot download browsers here), openssh-server (sshd in network-namespace
+# hosts for the multi-host tests), slurm-wlm + munge (a real Slurm cluster), postgresql (a
+# team's tracking server: PostgreSQL under `mlflow server`), openmpi-bin + libopenmpi-dev and
+# mpich (launcher=mpirun under each MPI; Debian installs them side by side, `mpirun` is
+# whichever its alternatives choose, the tests pick each by name). One apt-get update, one
+# install, started here in the background: apt downloads and unpacks while pip installs and
+# Horovod compiles (nothing in the Python environment needs these packages), and the set-up
+# waits for it before its checks. As root a failed install fails the set-up (the tests would
+# fail naming the component anyway); without root the tests that need them are skipped, with
+# the reasons listed at the end of the test run.
+missing=()
+command -v chromium >/dev/null || missing+=(chromium)
+[ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+command -v slurmctld >/dev/null || missing+=(slurm-wlm)
+command -v munged >/dev/null || [ -x /usr/sbin/munged ] || missing+=(munge)
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
+command -v mpirun.openmpi >/dev/null || missing+=(openmpi-bin libopenmpi-dev)
+command -v mpirun.mpich >/dev/null || missing+=(mpich)
+apt_pid=
+APT_LOG="$VENV/apt-install.log"
+# A set-up that stops early still lets apt finish: no half-configured dpkg for the next one.
+trap '[ -z "$apt_pid" ] || wait "$apt_pid" 2>/dev/null || true' EXIT
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    step "installing ${missing[*]} (Debian, in the background) for the browser, multi-host, Slurm, MPI and team-server tests"
+    mkdir -p "$VENV"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"; } \
+      < /dev/null > "$APT_LOG" 2>&1 &
+    apt_pid=$!
+  else
+    echo "note: ${missing[*]} missing and not root: the tests needing them will be skipped (sudo apt-get install ${missing[*]})"
+  fi
+fi
+
 if [ ! -x "$VENV/bin/python" ]; then
   step "creating $VENV with $("$PYTHON" --version)"
   "$PYTHON" -m venv "$VENV"
@@ -146,31 +181,14 @@ if [ "$(cat "$wheel_record" 2>/dev/null)" != "$wheel" ] || ! horovod_ok >/dev/nu
   echo "$wheel" > "$wheel_record"
 fi
 
-# Real components the tests start, from Debian: chromium (the MLflow UI browser test;
-# Playwright cannot download browsers here), openssh-server (sshd in network-namespace
-# hosts for the multi-host tests), slurm-wlm + munge (a real Slurm cluster), postgresql (a
-# team's tracking server: PostgreSQL under `mlflow server`), openmpi-bin + libopenmpi-dev and
-# mpich (launcher=mpirun under each MPI; Debian installs them side by side, `mpirun` is
-# whichever its alternatives choose, the tests pick each by name). One apt-get
-# update, one install. As root a failed install fails the set-up (the tests would fail
-# naming the component anyway); without root the tests that need them are skipped, with
-# the reasons listed at the end of the test run.
-missing=()
-command -v chromium >/dev/null || missing+=(chromium)
-[ -x /usr/sbin/sshd ] || missing+=(openssh-server)
-command -v slurmctld >/dev/null || missing+=(slurm-wlm)
-command -v munged >/dev/null || [ -x /usr/sbin/munged ] || missing+=(munge)
-compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
-command -v mpirun.openmpi >/dev/null || missing+=(openmpi-bin libopenmpi-dev)
-command -v mpirun.mpich >/dev/null || missing+=(mpich)
-if [ ${#missing[@]} -gt 0 ]; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    step "installing ${missing[*]} (Debian) for the browser, multi-host, Slurm, MPI and team-server tests"
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"; } \
-      > "$VENV/apt-install.log" 2>&1 \
-      || { tail -n 20 "$VENV/apt-install.log" >&2; die "could not install ${missing[*]} with apt-get (full log: $VENV/apt-install.log)"; }
-  else
-    echo "note: ${missing[*]} missing and not root: the tests needing them will be skipped (sudo apt-get install ${missing[*]})"
+if [ -n "$apt_pid" ]; then
+  step "waiting for the Debian packages (apt-get, started at the beginning)"
+  apt_ok=0
+  wait "$apt_pid" || apt_ok=$?
+  apt_pid=
+  if [ "$apt_ok" != 0 ]; then
+    tail -n 20 "$APT_LOG" >&2
+    die "could not install ${missing[*]} with apt-get (full log: $APT_LOG)"
   fi
 fi
 
