@@ -13,6 +13,7 @@ import pty
 import re
 import subprocess
 import textwrap
+from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -26,12 +27,26 @@ from tntrun.contract import run_files
 pytestmark = pytest.mark.slow
 
 EPOCHS = 10
-# Stops after epoch 2: epoch 1 sets the best value, epoch 2 cannot improve it by min_delta.
-EARLY_STOPPING = (
-    "+callbacks.es._target_=keras.callbacks.EarlyStopping",
-    "+callbacks.es.patience=1",
-    "+callbacks.es.min_delta=100",
-)
+# What no test here examines: MLflow's system metrics, and the final model logged as an
+# MLflow Model (rank 0 imports MLflow to write it: about 2 CPU-s of every finished run).
+LEAN = ("tracking.system_metrics=false", "tracking.log_model=false")
+# Keras prints it when an EarlyStopping with verbose=1 stopped its rank after epoch 2.
+STOPPED_AFTER_EPOCH_2 = "Epoch 2: early stopping"
+
+
+def early_stopping(name: str, monitor: str) -> tuple[str, ...]:
+    """Keras' EarlyStopping on ``monitor`` as callback ``name`` (no ranks key): it stops
+    after epoch 2, as epoch 1 sets the best value and epoch 2 cannot improve it by
+    min_delta. verbose=1: each one that stops its rank says so in that rank's log."""
+    return (
+        f"+callbacks.{name}._target_=keras.callbacks.EarlyStopping",
+        f"+callbacks.{name}.monitor={monitor}",
+        f"+callbacks.{name}.patience=1",
+        f"+callbacks.{name}.min_delta=100",
+        f"+callbacks.{name}.verbose=1",
+    )
+
+
 # A user's callback deciding from local state: only rank 1 asks to stop, after epoch 3.
 STOP_ON_RANK_1 = """
     import horovod.tensorflow as hvd
@@ -63,7 +78,7 @@ STOP_MID_EPOCH_ON_RANK_1 = """
 def run_stopped_early(work, *overrides: str, epochs: int = EPOCHS):
     """A run of ``epochs`` epochs with ``overrides``: its MLflow run, stdout, run dir and the
     epochs it logged."""
-    result = tntrun_cli(work, f"train.epochs={epochs}", "tracking.system_metrics=false", *overrides)
+    result = tntrun_cli(work, f"train.epochs={epochs}", *LEAN, *overrides)
     assert_succeeded(result)
     run, logged = finished_run(work, run_dir_of(result))
     return run, result.stdout, run_dir_of(result), logged
@@ -92,14 +107,6 @@ def assert_early_stopping_stopped_both_ranks_after_epoch_2(run, out, run_dir, ep
 def lr_history(work, run) -> list[float]:
     client = MlflowClient(store_uri(work))
     return [m.value for m in client.get_metric_history(run.info.run_id, "lr")]
-
-
-def test_early_stopping_on_val_accuracy_stops_both_ranks_after_the_same_epoch(tmp_path):
-    """val_accuracy is maximised, val_loss minimised: each monitor is proven by its own run
-    (val_loss's on a terminal, where the live progress line is proven)."""
-    monitor = "+callbacks.es.monitor=val_accuracy"
-    run, out, run_dir, epochs = run_stopped_early(tmp_path, *EARLY_STOPPING, monitor)
-    assert_early_stopping_stopped_both_ranks_after_epoch_2(run, out, run_dir, epochs)
 
 
 def test_a_stop_asked_on_one_rank_only_stops_every_rank(tmp_path):
@@ -191,31 +198,56 @@ def run_on_a_terminal(work, *overrides: str) -> str:
     return b"".join(chunks).decode(errors="replace")
 
 
-def test_early_stopping_on_val_loss_stops_both_ranks_on_a_terminal_whose_live_line_no_log_keeps(
-    tmp_path,
+def without_redraws(out: str) -> str:
+    """A terminal's output as its lines, without the live line's redraws."""
+    return out.replace("\r", "").replace("\x1b[K", "")
+
+
+@pytest.fixture(scope="module")
+def early_stopped_on_a_terminal(tmp_path_factory) -> tuple[Path, str, Path]:
+    """One paced run on a terminal with two EarlyStopping callbacks, on val_loss (minimised)
+    and on val_accuracy (maximised): both tests below read it, one launch instead of two.
+    Its working directory, all it wrote on the terminal and its run directory."""
+    work = tmp_path_factory.mktemp("early_stopped_on_a_terminal")
+    (work / "pace.py").write_text(PACE)
+    out = run_on_a_terminal(
+        work,
+        f"train.epochs={EPOCHS}",
+        *LEAN,
+        *paced(work),
+        *early_stopping("es_loss", "val_loss"),
+        *early_stopping("es_accuracy", "val_accuracy"),
+    )
+    return work, out, next((work / "outputs" / "runs").glob("*/*"))
+
+
+def test_early_stopping_on_val_loss_and_on_val_accuracy_each_stops_both_ranks_after_epoch_2(
+    early_stopped_on_a_terminal,
+):
+    """Each EarlyStopping decides alone on each rank: two lines in each rank's log say that
+    both stopped their rank (one whose monitor a rank lacks would stay silent there), and
+    every rank stops after epoch 2, whatever the console."""
+    work, out, run_dir = early_stopped_on_a_terminal
+    for rank in (0, 1):
+        log = (run_dir / "logs" / f"rank.{rank}.log").read_text()
+        assert log.count(STOPPED_AFTER_EPOCH_2) == 2, log[-3000:]
+    run, epochs = finished_run(work, run_dir)
+    assert_early_stopping_stopped_both_ranks_after_epoch_2(
+        run, without_redraws(out), run_dir, epochs
+    )
+
+
+def test_on_a_terminal_rank_0s_live_line_is_redrawn_in_place_and_no_log_keeps_it(
+    early_stopped_on_a_terminal,
 ):
     """On a terminal rank 0 adds a line every second that the driver redraws in place (the
-    30-s line of a batch job does not come in a 2-s epoch); the logs keep none of it.
-    The same run proves EarlyStopping on val_loss (minimised; val_accuracy's run is a pipe):
-    it stops both ranks after epoch 2, whatever the console."""
-    (tmp_path / "pace.py").write_text(PACE)
-    out = run_on_a_terminal(
-        tmp_path,
-        f"train.epochs={EPOCHS}",
-        "tracking.system_metrics=false",
-        *paced(tmp_path),
-        *EARLY_STOPPING,
-        "+callbacks.es.monitor=val_loss",
-    )
+    30-s line of a batch job does not come in a 2-s epoch); the logs keep none of it."""
+    _, out, run_dir = early_stopped_on_a_terminal
     live = re.findall(
         rf"\r\x1b\[Kepoch [12]/{EPOCHS}: step (\d+)/22 \(\d+%\), [\d,]+ samples/s, ", out
     )
     assert live and all(0 < int(step) <= 22 for step in live), out[-3000:]
     assert run_files.LIVE_PREFIX not in out
-    plain = out.replace("\r", "").replace("\x1b[K", "")
-    assert "\ntntrun: run FINISHED" in plain
-    run_dir = next((tmp_path / "outputs" / "runs").glob("*/*"))
+    assert "\ntntrun: run FINISHED" in without_redraws(out)
     for log in (run_dir / run_files.RANKS_LOG, run_dir / "logs" / "rank.0.log"):
         assert "samples/s, loss" not in log.read_text(), log
-    run, epochs = finished_run(tmp_path, run_dir)
-    assert_early_stopping_stopped_both_ranks_after_epoch_2(run, plain, run_dir, epochs)

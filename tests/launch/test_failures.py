@@ -38,6 +38,9 @@ from tests.helpers.runs import (
 )
 
 pytestmark = pytest.mark.slow
+# No test here examines a finished run's model logged as an MLflow Model (rank 0 imports
+# MLflow to write it: about 2 CPU-s of each run that finishes).
+NO_LOGGED_MODEL = "tracking.log_model=false"
 
 
 @pytest.mark.parametrize("kind", ["raise", "kill"])
@@ -56,7 +59,9 @@ def test_a_failing_rank_ends_the_job_and_the_run_can_resume(tmp_path, kind):
     if kind == "kill":
         return  # the same checkpoint; resuming from it once is enough
 
-    resumed = tntrun_cli(tmp_path, f"resume={run_dir}", "train.epochs=2", "callbacks={}")
+    resumed = tntrun_cli(
+        tmp_path, f"resume={run_dir}", "train.epochs=2", "callbacks={}", NO_LOGGED_MODEL
+    )
     assert_succeeded(resumed)
     assert "at epoch 1" in resumed.stdout
     assert client.get_run(run.info.run_id).info.status == "FINISHED"
@@ -149,6 +154,7 @@ def test_max_restarts_restarts_the_ranks_in_the_same_run_and_ends_like_no_failur
         tmp_path,
         *chosen,
         *DETERMINISTIC,
+        NO_LOGGED_MODEL,
         "checkpoint.min_interval_s=0",
         "faults.max_restarts=1",
         *fault("kill"),

@@ -25,7 +25,14 @@ from tntrun.contract.checkpoint_integrity import damage
 
 pytestmark = pytest.mark.slow
 
-SHORT = ("train.epochs=2", "tracking.system_metrics=false", "checkpoint.min_interval_s=0")
+# A checkpoint every epoch; neither MLflow's system metrics nor a finished run's MLflow Model
+# (rank 0 imports MLflow to write it: about 2 CPU-s), which no test here examines.
+SHORT = (
+    "train.epochs=2",
+    "tracking.system_metrics=false",
+    "tracking.log_model=false",
+    "checkpoint.min_interval_s=0",
+)
 HOLD_AT = 30  # in epoch 2 (22 steps an epoch): epoch 1's checkpoint is written, epoch 2's not
 DISK_MIB = 16  # a tmpfs the run's files fit in (about 1 MiB), filled by the test
 # Half the CPU of two ranks: what these tests prove is the driver's and rank 0's.
