@@ -15,6 +15,9 @@ from tntrun import api
 from tntrun.config.checks import choice_problems
 from tntrun.errors import PlanError
 
+# The runs here are read for their result, record and model.keras, not for a model logged as
+# an MLflow Model (rank 0 saves it and loads it back; model.keras is written either way).
+NO_LOGGED_MODEL = "tracking.log_model=false"
 USER_MODEL = textwrap.dedent('''
     import keras
 
@@ -170,7 +173,7 @@ def test_a_glob_sweep_plans_every_match(run_tntrun, tmp_path):
 
 @pytest.mark.slow
 def test_run_in_process_on_two_ranks(in_tmp):
-    result = api.run(["train.epochs=2", "tracking.system_metrics=false"])
+    result = api.run(["train.epochs=2", "tracking.system_metrics=false", NO_LOGGED_MODEL])
     assert (result.status, result.exit_code) == ("FINISHED", 0)
     assert result.metrics["val_accuracy"] > 0.8
     assert (result.run_dir / "plan.json").is_file() and result.run_dir.is_relative_to(in_tmp)
@@ -189,6 +192,7 @@ def test_bring_your_own_model_and_dataset_from_the_working_directory(tmp_path):
         "train.epochs=3",
         "optimizer.base_lr=0.01",
         "ranks_per_node=1",
+        NO_LOGGED_MODEL,
     )
     result = tntrun_cli(tmp_path, "--config-dir", "conf", *args, "global_batch_size=32")
     assert_succeeded(result)

@@ -1,6 +1,7 @@
 """A finished run's model in MLflow: logged (final, and best with checkpoint.monitor), with
 signature, metrics and dataset; registered with an alias (a sweep registers its best job
-once: tests/team_server/test_team_server.py, through a team's server).
+once: tests/team_server/test_team_server.py, through a team's server). A run with
+``tracking.log_model=false`` logs none: tests/tracking/test_run_labels.py, on its run.
 
 The comparisons are exact (``assert_array_equal``): the MLflow model and ``model.keras``
 hold the same weights and MLflow's pyfunc calls Keras' ``predict``, so any difference
@@ -26,8 +27,6 @@ from tests.helpers.runs import run_dir_of, store_uri
 from tests.helpers.stack import installed, tensorflow_requirement
 
 pytestmark = pytest.mark.slow
-
-TINY = ("train.epochs=2", "tracking.system_metrics=false")
 
 
 def validation_batch(run_dir: Path) -> np.ndarray:
@@ -152,18 +151,3 @@ def test_the_best_model_is_logged_and_registered_with_its_alias(best_and_final, 
         pyfunc_predict("models:/digits-mlp@candidate", batch),
         keras_predict(run_dir / "checkpoints/best/model.keras", batch),
     )
-
-
-def test_log_model_false_logs_no_model(run_tntrun, tmp_path):
-    """One rank: what is logged is the driver's record, not the ranks'."""
-    result = run_tntrun(
-        *TINY, "ranks_per_node=1", "tracking.log_model=false", "tracking.register_model=unused"
-    )
-    assert_succeeded(result)
-    run_dir = run_dir_of(result)
-    client = MlflowClient(store_uri(tmp_path))
-    run_id = (run_dir / "run_id").read_text()
-    assert run_models(client, run_id) == {}
-    assert not client.get_run(run_id).outputs.model_outputs
-    assert not (run_dir / "mlflow_model").exists() and (run_dir / "model.keras").is_file()
-    assert client.search_registered_models() == []

@@ -16,11 +16,19 @@ from tests.helpers.paths import BIN
 from tests.helpers.runs import store_uri
 
 pytestmark = pytest.mark.slow
+# The runs here are read for their records, metrics and reports, not for a model logged as
+# an MLflow Model (rank 0 saves it and loads it back: a few CPU-s of each run that finishes).
+NO_LOGGED_MODEL = "tracking.log_model=false"
 
 
 def test_sweep_makes_a_parent_run_with_children_and_a_scaling_report(tmp_path):
     result = tntrun_cli(
-        tmp_path, "-m", "ranks_per_node=1,2", "train.epochs=2", "tracking.system_metrics=false"
+        tmp_path,
+        "-m",
+        "ranks_per_node=1,2",
+        "train.epochs=2",
+        "tracking.system_metrics=false",
+        NO_LOGGED_MODEL,
     )
     assert_succeeded(result)
     client = MlflowClient(store_uri(tmp_path))
@@ -72,6 +80,7 @@ def test_a_sweep_over_seeds_reports_their_mean_and_spread(tmp_path):
         "ranks_per_node=1",  # the report's claim; one rank a job spares a TensorFlow start
         "train.epochs=1",
         "tracking.system_metrics=false",
+        NO_LOGGED_MODEL,
     )
     assert_succeeded(result)
     client = MlflowClient(store_uri(tmp_path))
@@ -94,6 +103,7 @@ def test_four_concurrent_drivers_share_one_store(tmp_path):
         "train.epochs=2",
         "tracking.system_metrics=false",
         "checkpoint.every_epochs=0",
+        NO_LOGGED_MODEL,
         timeout=600,
     )
     for output in outputs:
@@ -128,6 +138,7 @@ def test_optuna_sweeper_optimises_the_returned_objective(tmp_path):
         "train.epochs=1",
         "tracking.system_metrics=false",
         "checkpoint.every_epochs=0",
+        NO_LOGGED_MODEL,
     )
     assert_succeeded(result)
     (results,) = (tmp_path / "outputs" / "multirun").glob("*/*/optimization_results.yaml")
@@ -151,6 +162,7 @@ def test_parallel_submitit_local_launcher_nests_its_jobs_and_a_failed_one_fails_
         "train.epochs=1",
         "tracking.system_metrics=false",
         "checkpoint.every_epochs=0",
+        NO_LOGGED_MODEL,
     )
     assert_exit(result, 1)
     assert "tntrun: 1 sweep job(s) did not finish" in result.stderr

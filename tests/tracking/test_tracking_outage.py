@@ -149,6 +149,11 @@ class MlflowServer:
                 time.sleep(0.2)
         raise AssertionError(f"mlflow server at {self.url} not healthy within {seconds} s")
 
+    def up(self) -> None:
+        """Start the server unless it runs (an earlier test of the module left it up)."""
+        if self.process is None or self.process.poll() is not None:
+            self.start()
+
     def kill(self) -> None:
         """SIGKILL the server and its workers (a crash, not a shutdown)."""
         if self.process is not None and self.process.poll() is None:
@@ -157,9 +162,12 @@ class MlflowServer:
         self.process = None
 
 
-@pytest.fixture
-def mlflow_server(tmp_path):
-    server = MlflowServer(tmp_path)
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """One server for the module's tests, each of which crashes and restarts it: the one a
+    test restarts serves the next (a start costs about 7 CPU-s). They share its store and
+    read only their own runs there, by id."""
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow-server"))
     yield server
     server.kill()
 
@@ -207,7 +215,7 @@ def test_metrics_written_while_the_server_is_down_reach_the_run_once_it_is_back(
 ):
     from mlflow.tracking import MlflowClient
 
-    mlflow_server.start()
+    mlflow_server.up()
     begin = time.monotonic()
     (tmp_path / "pace.py").write_text(PACE)
     until = tmp_path / "full-speed"
@@ -253,7 +261,7 @@ def test_metrics_written_while_the_server_is_down_reach_the_run_once_it_is_back(
 def test_a_server_that_stays_away_leaves_the_run_to_tntrun_sync(tmp_path, mlflow_server):
     from mlflow.tracking import MlflowClient
 
-    mlflow_server.start()
+    mlflow_server.up()
     begin = time.monotonic()
     process, log = start_run(
         tmp_path,
@@ -300,7 +308,14 @@ def test_a_server_that_stays_away_leaves_the_run_to_tntrun_sync(tmp_path, mlflow
     assert recorded_counts(client, run_id, expected) == expected  # idempotent
     assert_each_sample_once(client, run_id, host_samples(run_dir))
 
-    # A store that never had the run: sync creates it with its params and every metric.
+    assert_sync_makes_the_run_anew(tmp_path, copy, run_id, expected)
+
+
+def assert_sync_makes_the_run_anew(tmp_path: Path, copy: Path, run_id: str, expected) -> None:
+    """A store that never had the run (``copy``, a copy of its run directory): sync creates
+    it with its params and every metric point (``expected``) and sample."""
+    from mlflow.tracking import MlflowClient
+
     other = f"sqlite:///{tmp_path / 'other.db'}"
     result = tntrun_sync(tmp_path, copy, "--tracking-uri", other)
     assert_succeeded(result)

@@ -182,6 +182,11 @@ def assert_rows_end_at_their_first_eos(tokens: np.ndarray) -> None:
             assert not (row[: ends[0]] == PAD_ID).any()
 
 
+# Steps of the copy task: 200 make both decoders exact on 63 or 64 of the 64 held-out rows
+# (model seeds 0, 1 and 2; the test asks 61), 300 on all 64 at a third more training.
+COPY_STEPS = 200
+
+
 def test_decoders_reproduce_a_learnt_copy_task_with_the_models_own_weights():
     keras.utils.set_random_seed(0)
     ds = SyntheticTranslationDataset(
@@ -189,9 +194,10 @@ def test_decoders_reproduce_a_learnt_copy_task_with_the_models_own_weights():
     )
     train, _ = ds.load()
     model = build_transformer((8,), 14, param_set="tiny", dropout=0.0)
-    decay = keras.optimizers.schedules.PolynomialDecay(2e-3, 300, 2e-4)
+    decay = keras.optimizers.schedules.PolynomialDecay(2e-3, COPY_STEPS, 2e-4)
     model.compile(keras.optimizers.Adam(decay, beta_2=0.98), loss=masked_sparse_crossentropy(0.0))
-    model.fit(train.shuffle(4096, seed=0).batch(64).repeat(), steps_per_epoch=300, verbose=0)
+    batches = train.shuffle(4096, seed=0).batch(64).repeat()
+    model.fit(batches, steps_per_epoch=COPY_STEPS, verbose=0)
     source, expected = ds.arrays("val").source, ds.arrays("val").target_output
 
     greedy = greedy_translate(model, source, 8)
