@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 
 from tests.helpers.asserts import assert_succeeded
 from tests.helpers.bounds import AFTER_RANK_FAILURE_S, after_stall_s
-from tests.helpers.commands import free_port, start_in_session, tntrun_cli
+from tests.helpers.commands import NO_LOGGED_MODEL, free_port, start_in_session, tntrun_cli
 from tests.helpers.driving import (
     LONG_RUN,
     Driver,
@@ -38,9 +38,6 @@ from tests.helpers.runs import (
 )
 
 pytestmark = pytest.mark.slow
-# No test here examines a finished run's model logged as an MLflow Model (rank 0 imports
-# MLflow to write it: about 2 CPU-s of each run that finishes).
-NO_LOGGED_MODEL = "tracking.log_model=false"
 
 
 @pytest.mark.parametrize("kind", ["raise", "kill"])

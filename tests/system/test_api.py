@@ -9,15 +9,12 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.helpers.asserts import assert_succeeded
-from tests.helpers.commands import tntrun_cli
+from tests.helpers.commands import NO_LOGGED_MODEL, tntrun_cli
 from tests.helpers.runs import run_dir_of
 from tntrun import api
 from tntrun.config.checks import choice_problems
 from tntrun.errors import PlanError
 
-# The runs here are read for their result, record and model.keras, not for a model logged as
-# an MLflow Model (rank 0 saves it and loads it back; model.keras is written either way).
-NO_LOGGED_MODEL = "tracking.log_model=false"
 USER_MODEL = textwrap.dedent('''
     import keras
 

@@ -10,15 +10,12 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from tests.helpers.asserts import assert_exit, assert_succeeded
-from tests.helpers.commands import clean_env, concurrent_drivers, tntrun_cli
+from tests.helpers.commands import NO_LOGGED_MODEL, clean_env, concurrent_drivers, tntrun_cli
 from tests.helpers.components import require_module
 from tests.helpers.paths import BIN
 from tests.helpers.runs import store_uri
 
 pytestmark = pytest.mark.slow
-# The runs here are read for their records, metrics and reports, not for a model logged as
-# an MLflow Model (rank 0 saves it and loads it back: a few CPU-s of each run that finishes).
-NO_LOGGED_MODEL = "tracking.log_model=false"
 
 
 def test_sweep_makes_a_parent_run_with_children_and_a_scaling_report(tmp_path):
