@@ -21,7 +21,8 @@ SUPPORTED_PYTHONS=(3.13 3.12 3.11)  # newest first: TensorFlow 2.21 has wheels f
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/tntrun"
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step says when it started (seconds since the set-up began): where a slow set-up goes.
+step() { printf '\n==> [%ds] %s\n' "$SECONDS" "$*"; }
 die() { printf '\nsetup failed: %s\n' "$*" >&2; exit 1; }
 
 case "$DEVICE" in
@@ -85,9 +86,16 @@ compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql
 command -v mpirun.openmpi >/dev/null || missing+=(openmpi-bin libopenmpi-dev)
 command -v mpirun.mpich >/dev/null || missing+=(mpich)
 apt_pid=
+horovod_pid=
 APT_LOG="$VENV/apt-install.log"
-# A set-up that stops early still lets apt finish: no half-configured dpkg for the next one.
-trap '[ -z "$apt_pid" ] || wait "$apt_pid" 2>/dev/null || true' EXIT
+HOROVOD_OUT="$VENV/horovod-build.out"
+# A set-up that stops early still lets apt finish (no half-configured dpkg for the next one)
+# and stops a Horovod build it started (its own process group: pip, cmake and the compilers).
+on_exit() {
+  [ -z "$horovod_pid" ] || kill -- -"$horovod_pid" 2>/dev/null || true
+  [ -z "$apt_pid" ] || wait "$apt_pid" 2>/dev/null || true
+}
+trap on_exit EXIT
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     step "installing ${missing[*]} (Debian, in the background) for the browser, multi-host, Slurm, MPI and team-server tests"
@@ -126,6 +134,16 @@ if [ "$installed_tf" != "$TF_VERSION" ]; then
   # `tensorflow`: beside tensorflow-cpu pip would install the same files a second time.
   "${INSTALL[@]}" --no-deps "tf-keras~=$TF_MINOR.0" || die "could not install tf-keras"
 fi
+
+# Horovod needs only TensorFlow (its headers, library and flags) to build: its 3-minute
+# compile runs in the background while pip installs the rest, which only adds packages
+# (none that TensorFlow brought is changed). Built with the patches this TensorFlow and
+# Python need, or taken from the cache; the last line of its output is the wheel.
+mkdir -p "$VENV"
+step "building Horovod $HOROVOD_VERSION for TensorFlow $TF_VERSION in the background (or taking it from $CACHE/wheels)"
+setsid -w "$PY" "$ROOT/scripts/build_horovod.py" --device "$DEVICE" --cache "$CACHE" \
+  < /dev/null > "$HOROVOD_OUT" 2>&1 &
+horovod_pid=$!
 
 # Without the cpu/gpu extra: TensorFlow is in (above).
 step "installing tntrun (editable) with its driver and dev dependencies"
@@ -169,10 +187,18 @@ import horovod.tensorflow  # noqa: F401  (fails if the TF extension was not buil
 PY
 }
 
-# Built (or taken from the cache) with the patches this TensorFlow and Python need; installed
-# when the environment does not hold that very wheel yet.
-wheel=$("$PY" "$ROOT/scripts/build_horovod.py" --device "$DEVICE" --cache "$CACHE" | tail -n1) \
-  || die "no Horovod $HOROVOD_VERSION for TensorFlow $TF_VERSION (the reason is above)"
+# The wheel built above (or taken from the cache), installed when the environment does not
+# hold that very wheel yet.
+step "waiting for the Horovod build (started after TensorFlow)"
+build_status=0
+wait "$horovod_pid" || build_status=$?
+horovod_pid=
+sed '$d' "$HOROVOD_OUT"  # what it said, the wheel's path apart
+if [ "$build_status" != 0 ]; then
+  tail -n1 "$HOROVOD_OUT" >&2
+  die "no Horovod $HOROVOD_VERSION for TensorFlow $TF_VERSION (the reason is above)"
+fi
+wheel=$(tail -n1 "$HOROVOD_OUT")
 wheel_record="$VENV/.horovod-wheel"
 if [ "$(cat "$wheel_record" 2>/dev/null)" != "$wheel" ] || ! horovod_ok >/dev/null 2>&1; then
   step "installing $(basename "$(dirname "$wheel")")/$(basename "$wheel")"
@@ -204,7 +230,7 @@ if [ ! -f "$stamp" ] || [ "$stamp" -ot "$0" ]; then
         "$PY" -m tntrun.engine.selfcheck 2>&1) \
     || { printf '%s\n' "$out" | tail -n 30 >&2; die "the 2-rank Horovod self-check failed"; }
   printf '%s\n' "$out" | grep -o 'selfcheck ok.*' | sort -u
-  step "caching horovodrun --check-build for run records"
+  step "caching what Horovod was built with, for run records"
   "$PY" -c "from tntrun.tracking.provenance import horovod_build; print(horovod_build())"
   touch "$stamp"
 fi

@@ -26,24 +26,25 @@ PYTHON = ".".join(map(str, sys.version_info[:2]))
 
 
 build = script_module("build_horovod")
-XLA, BROADCAST, DISTUTILS, STREAM = (
+XLA, BROADCAST, DISTUTILS, STREAM, LEAN = (
     "tf2.19-leave-out-xla-ops.patch",
     "keras3-broadcast-variables.patch",
     "python3.12-no-distutils.patch",
     "tf2.21-gpu-stream-handle.patch",
+    "release-build-only-linked-gloo.patch",
 )
 
 
 @pytest.mark.parametrize(
     ("tensorflow", "python", "device", "expected"),
     [
-        ("2.18.1", "3.11", "cpu", [BROADCAST]),
-        ("2.18.1", "3.12", "gpu", [BROADCAST, DISTUTILS]),
-        ("2.19.0", "3.11", "cpu", [XLA, BROADCAST]),
-        ("2.21.0", "3.13", "cpu", [XLA, BROADCAST, DISTUTILS]),
-        ("2.21.0", "3.13", "gpu", [XLA, BROADCAST, DISTUTILS, STREAM]),
-        ("2.20.0", "3.12", "gpu", [XLA, BROADCAST, DISTUTILS]),
-        ("2.22.0rc1", "3.12", "cpu", [XLA, BROADCAST, DISTUTILS]),
+        ("2.18.1", "3.11", "cpu", [BROADCAST, LEAN]),
+        ("2.18.1", "3.12", "gpu", [BROADCAST, DISTUTILS, LEAN]),
+        ("2.19.0", "3.11", "cpu", [XLA, BROADCAST, LEAN]),
+        ("2.21.0", "3.13", "cpu", [XLA, BROADCAST, DISTUTILS, LEAN]),
+        ("2.21.0", "3.13", "gpu", [XLA, BROADCAST, DISTUTILS, STREAM, LEAN]),
+        ("2.20.0", "3.12", "gpu", [XLA, BROADCAST, DISTUTILS, LEAN]),
+        ("2.22.0rc1", "3.12", "cpu", [XLA, BROADCAST, DISTUTILS, LEAN]),
     ],
 )
 def test_each_build_gets_the_patches_its_versions_and_device_need(

@@ -13,9 +13,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from tntrun.environments.launchers import HOROVODRUN
-from tntrun.planning.machine import venv_executable
-
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tntrun"
 
 
@@ -58,11 +55,12 @@ def source_tags(argv: Sequence[str] | None = None) -> dict[str, str]:
 
 
 def horovod_build() -> dict[str, str]:
-    """``horovodrun --check-build`` (cached per Horovod install) and what Horovod was built for.
+    """What Horovod was built with (``horovodrun --check-build``'s checked lines, cached per
+    Horovod install) and the TensorFlow it was built for.
 
-    check-build is slow (it imports the frameworks) and can claim frameworks
-    that were not built, so the TensorFlow version from ``metadata.json`` is
-    recorded beside it.
+    The lines come from :mod:`tntrun.engine.build_probe` in a child process (the driver
+    imports no TensorFlow): check-build itself imports the frameworks once per question, 23
+    CPU-s. ``metadata.json``'s TensorFlow version is recorded beside them.
     """
     spec = importlib.util.find_spec("horovod")
     if spec is None or spec.origin is None:
@@ -74,13 +72,13 @@ def horovod_build() -> dict[str, str]:
     key = hashlib.sha256(
         f"{metadata}:{metadata.stat().st_mtime_ns if metadata.exists() else 0}".encode()
     ).hexdigest()[:16]
-    cached = CACHE / f"check-build-{key}.txt"
+    cached = CACHE / f"horovod-build-{key}.txt"
     if cached.exists():
         summary = cached.read_text()
     else:
         try:
             out = subprocess.run(
-                [venv_executable(HOROVODRUN), "--check-build"],
+                [sys.executable, "-m", "tntrun.engine.build_probe"],
                 capture_output=True,
                 text=True,
                 timeout=120,
@@ -89,9 +87,10 @@ def horovod_build() -> dict[str, str]:
         except (OSError, subprocess.SubprocessError) as err:  # a busy machine: ask next time
             summary = f"unavailable: {err}"
         else:
-            summary = " ".join(
-                line.strip() for line in out.stdout.splitlines() if line.strip().startswith("[X]")
-            )
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            cached.write_text(summary)
+            summary = out.stdout.strip() if out.returncode == 0 else ""
+            if summary:
+                cached.parent.mkdir(parents=True, exist_ok=True)
+                cached.write_text(summary)
+            else:
+                summary = f"unavailable: {(out.stderr.strip().splitlines() or ['?'])[-1]}"
     return {"horovod.check_build": summary, "horovod.built_for_tensorflow": built_for}

@@ -1,0 +1,24 @@
+"""What the installed Horovod was built with (:mod:`tntrun.engine.build_probe`), asked of this
+environment's Horovod: the set-up builds it for TensorFlow with Gloo and no MPI, PyTorch or
+MXNet (``scripts/build_horovod.py``), on the CPU without NCCL."""
+
+from __future__ import annotations
+
+import os
+
+from tntrun.engine.build_probe import checked_lines, extension_on_disk
+
+
+def test_only_the_frameworks_whose_horovod_library_is_installed_count():
+    assert extension_on_disk("tensorflow/mpi_lib")
+    assert not extension_on_disk("torch/mpi_lib_v2")
+    assert not extension_on_disk("mxnet/mpi_lib")
+    assert not extension_on_disk("tensorflow/no_such_library")
+
+
+def test_the_lines_are_check_builds_in_its_order_frameworks_controllers_operations():
+    lines = checked_lines()
+    if os.environ.get("TNTRUN_DEVICE", "cpu") == "cpu":
+        assert lines == ["[X] TensorFlow", "[X] Gloo", "[X] Gloo"]
+    else:  # a GPU environment's Horovod adds NCCL's tensor operations
+        assert lines == ["[X] TensorFlow", "[X] Gloo", "[X] NCCL", "[X] Gloo"]
