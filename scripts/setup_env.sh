@@ -87,12 +87,14 @@ command -v mpirun.openmpi >/dev/null || missing+=(openmpi-bin libopenmpi-dev)
 command -v mpirun.mpich >/dev/null || missing+=(mpich)
 apt_pid=
 horovod_pid=
+compile_pid=
 APT_LOG="$VENV/apt-install.log"
 HOROVOD_OUT="$VENV/horovod-build.out"
 # A set-up that stops early still lets apt finish (no half-configured dpkg for the next one)
 # and stops a Horovod build it started (its own process group: pip, cmake and the compilers).
 on_exit() {
   [ -z "$horovod_pid" ] || kill -- -"$horovod_pid" 2>/dev/null || true
+  [ -z "$compile_pid" ] || kill "$compile_pid" 2>/dev/null || true
   [ -z "$apt_pid" ] || wait "$apt_pid" 2>/dev/null || true
 }
 trap on_exit EXIT
@@ -114,7 +116,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$VENV/bin/python" -m pip install --quiet --upgrade pip setuptools wheel
 fi
 PY="$VENV/bin/python"
-# --no-compile, then one compileall on every core at the end: pip compiles one file at a time.
+# --no-compile, then one compileall on every core once pip is done: pip compiles one file at a time.
 INSTALL=("$PY" -m pip --quiet install --no-compile)
 
 installed_tf=$("$PY" - <<'PY' 2>/dev/null || true
@@ -187,6 +189,12 @@ import horovod.tensorflow  # noqa: F401  (fails if the TF extension was not buil
 PY
 }
 
+# pip is done: the environment's Python files compile in the background (on every core, where
+# the Horovod build leaves them idle: its configure and link steps use one).
+PURELIB=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+"$PY" -m compileall -q -j0 "$PURELIB" < /dev/null > /dev/null 2>&1 &
+compile_pid=$!
+
 # The wheel built above (or taken from the cache), installed when the environment does not
 # hold that very wheel yet.
 step "waiting for the Horovod build (started after TensorFlow)"
@@ -218,9 +226,15 @@ if [ -n "$apt_pid" ]; then
   fi
 fi
 
-step "compiling the environment's Python files (every core)"
-"$PY" -m compileall -q -j0 "$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
-  > /dev/null || true  # a file that does not compile (a py2 test fixture) is not fatal
+step "compiling the environment's and the checkout's Python files (every core)"
+# The checkout's too: its packages are installed editable, so no compileall above reaches
+# them, and where PYTHONDONTWRITEBYTECODE is set (as in some CI and agent shells) every
+# driver, launcher and rank would compile each tntrun module it imports again (about 1
+# CPU-s a launch). Editing a file makes only its own .pyc stale.
+"$PY" -m compileall -q -j0 "$PURELIB/horovod" "$ROOT/tntrun" "$ROOT/models" "$ROOT/datasets" \
+  "$ROOT/tests" > /dev/null || true
+wait "$compile_pid" || true  # a file that does not compile (a py2 test fixture) is not fatal
+compile_pid=
 
 stamp="$VENV/.tntrun-verified"
 if [ ! -f "$stamp" ] || [ "$stamp" -ot "$0" ]; then
