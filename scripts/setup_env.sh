@@ -141,7 +141,6 @@ fi
 # compile runs in the background while pip installs the rest, which only adds packages
 # (none that TensorFlow brought is changed). Built with the patches this TensorFlow and
 # Python need, or taken from the cache; the last line of its output is the wheel.
-mkdir -p "$VENV"
 step "building Horovod $HOROVOD_VERSION for TensorFlow $TF_VERSION in the background (or taking it from $CACHE/wheels)"
 setsid -w "$PY" "$ROOT/scripts/build_horovod.py" --device "$DEVICE" --cache "$CACHE" \
   < /dev/null > "$HOROVOD_OUT" 2>&1 &
