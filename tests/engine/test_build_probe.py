@@ -4,8 +4,9 @@ MXNet (``scripts/build_horovod.py``), on the CPU without NCCL."""
 
 from __future__ import annotations
 
-import os
+import json
 
+from tests.helpers.stack import horovod_wheel
 from tntrun.engine.build_probe import checked_lines, extension_on_disk
 
 
@@ -18,7 +19,8 @@ def test_only_the_frameworks_whose_horovod_library_is_installed_count():
 
 def test_the_lines_are_check_builds_in_its_order_frameworks_controllers_operations():
     lines = checked_lines()
-    if os.environ.get("TNTRUN_DEVICE", "cpu") == "cpu":
+    built = json.loads((horovod_wheel().parent / "build.json").read_text())  # the set-up's record
+    if built["device"] == "cpu":
         assert lines == ["[X] TensorFlow", "[X] Gloo", "[X] Gloo"]
     else:  # a GPU environment's Horovod adds NCCL's tensor operations
         assert lines == ["[X] TensorFlow", "[X] Gloo", "[X] NCCL", "[X] Gloo"]

@@ -20,6 +20,7 @@ from mlflow.tracking import MlflowClient
 
 from tests.helpers.asserts import assert_exit, assert_succeeded
 from tests.helpers.commands import (
+    NO_LOGGED_MODEL,
     in_session,
     modules_imported,
     tntrun_cli,
@@ -32,6 +33,10 @@ from tntrun.config.schema import FaultsConfig
 
 pytestmark = pytest.mark.slow
 
+# What no test here reads, off (each costs a run CPU-seconds; none changes the training):
+# the MLflow Model folder (model.keras, the final model, is written anyway), the gradient
+# noise scale and, except where a test reads them, the host's system metrics.
+UNREAD = (NO_LOGGED_MODEL, "train.gradient_noise_scale=false", "tracking.system_metrics=false")
 CONFIG = (
     "deterministic=true",
     "optimizer=sgd",
@@ -43,13 +48,7 @@ CONFIG = (
     "schedule.warmup_start_lr=0.01",  # the default (scaled LR / world size) differs by layout
     "train.epochs=4",
     "checkpoint.min_interval_s=0",  # a checkpoint each epoch: resume tests
-    # What no test here reads, off (each costs a run CPU-seconds; none changes the
-    # training): the MLflow Model folder (model.keras, the final model, is written
-    # anyway), the gradient noise scale and, except where a test reads them, the
-    # host's system metrics.
-    "tracking.log_model=false",
-    "train.gradient_noise_scale=false",
-    "tracking.system_metrics=false",
+    *UNREAD,
 )
 SYSTEM_METRICS = ("tracking.system_metrics=true",)  # after CONFIG: a key's last value wins
 ONE_RANK = ("ranks_per_node=1",)
@@ -335,17 +334,9 @@ def test_resume_with_another_layout_is_refused(two_ranks, tmp_path):
     assert "resume_allow_layout_change=true" in refused.stderr
 
 
-# The outputs test_manual_distribution_mode_trains does not read, off (see CONFIG).
-UNREAD = (
-    "tracking.log_model=false",
-    "train.gradient_noise_scale=false",
-    "tracking.system_metrics=false",
-    "checkpoint.every_epochs=0",
-)
-
-
 def test_manual_distribution_mode_trains(tmp_path):
-    result = tntrun_cli(tmp_path, "dataset.distribute=false", "train.epochs=8", *UNREAD)
+    unread = (*UNREAD, "checkpoint.every_epochs=0")  # nor are its checkpoints read
+    result = tntrun_cli(tmp_path, "dataset.distribute=false", "train.epochs=8", *unread)
     assert_succeeded(result)
     assert "ran out of data" not in result.stdout + result.stderr  # Keras' warning
     _, run = mlflow_run(tmp_path, result)
