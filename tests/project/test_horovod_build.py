@@ -26,25 +26,26 @@ PYTHON = ".".join(map(str, sys.version_info[:2]))
 
 
 build = script_module("build_horovod")
-XLA, BROADCAST, DISTUTILS, STREAM, LEAN = (
+XLA, BROADCAST, DISTUTILS, STREAM, LEAN, KILL = (
     "tf2.19-leave-out-xla-ops.patch",
     "keras3-broadcast-variables.patch",
     "python3.12-no-distutils.patch",
     "tf2.21-gpu-stream-handle.patch",
     "release-build-only-linked-gloo.patch",
+    "kill-stopped-rank-shell.patch",
 )
 
 
 @pytest.mark.parametrize(
     ("tensorflow", "python", "device", "expected"),
     [
-        ("2.18.1", "3.11", "cpu", [BROADCAST, LEAN]),
-        ("2.18.1", "3.12", "gpu", [BROADCAST, DISTUTILS, LEAN]),
-        ("2.19.0", "3.11", "cpu", [XLA, BROADCAST, LEAN]),
-        ("2.21.0", "3.13", "cpu", [XLA, BROADCAST, DISTUTILS, LEAN]),
-        ("2.21.0", "3.13", "gpu", [XLA, BROADCAST, DISTUTILS, STREAM, LEAN]),
-        ("2.20.0", "3.12", "gpu", [XLA, BROADCAST, DISTUTILS, LEAN]),
-        ("2.22.0rc1", "3.12", "cpu", [XLA, BROADCAST, DISTUTILS, LEAN]),
+        ("2.18.1", "3.11", "cpu", [BROADCAST, LEAN, KILL]),
+        ("2.18.1", "3.12", "gpu", [BROADCAST, DISTUTILS, LEAN, KILL]),
+        ("2.19.0", "3.11", "cpu", [XLA, BROADCAST, LEAN, KILL]),
+        ("2.21.0", "3.13", "cpu", [XLA, BROADCAST, DISTUTILS, LEAN, KILL]),
+        ("2.21.0", "3.13", "gpu", [XLA, BROADCAST, DISTUTILS, STREAM, LEAN, KILL]),
+        ("2.20.0", "3.12", "gpu", [XLA, BROADCAST, DISTUTILS, LEAN, KILL]),
+        ("2.22.0rc1", "3.12", "cpu", [XLA, BROADCAST, DISTUTILS, LEAN, KILL]),
     ],
 )
 def test_each_build_gets_the_patches_its_versions_and_device_need(

@@ -22,6 +22,8 @@ from typing import Any
 
 import tensorflow as tf
 
+from tntrun.contract.user_cache import cache_dir
+
 # Training FLOPs per sample = 3 x forward: the backward pass costs about twice the
 # forward (gradients of activations and of weights), the usual MFU convention
 # (PaLM, Appendix B; Lightning's ThroughputMonitor).
@@ -194,8 +196,7 @@ def matmul_flops_per_s(
 
 def cache_path() -> Path:
     """``$XDG_CACHE_HOME/tntrun/matmul_flops.json`` (default ``~/.cache``)."""
-    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(root) / "tntrun" / CACHE_FILE
+    return cache_dir() / CACHE_FILE
 
 
 def _cpu_model() -> str:

@@ -17,11 +17,13 @@ from typing import TYPE_CHECKING, Any
 from tntrun.config.schema import DEFAULT_EXPERIMENT
 from tntrun.contract.run_status import RunStatus
 from tntrun.tracking import MetricPoint, RunSummary, TrackerSettings
+from tntrun.tracking.fresh_store import start_empty
 from tntrun.tracking.lost_runs import DRIVER_LOST_TAG, announce_lost, lost_runs
 from tntrun.tracking.mlflow_models import find_run_model, log_logged_model, register_version
 from tntrun.tracking.mlflow_store import (
     bound_http_retries,
     quiet_store_errors,
+    sqlite_path,
     store_lock,
     store_problems,
     tracking_uri,
@@ -85,6 +87,8 @@ class MlflowTracker:
 
         quiet_store_errors()
         with store_lock(self.store):
+            if (database := sqlite_path(self.store)) is not None:
+                start_empty(database)
             client = MlflowClient(tracking_uri=self.store)
             client.search_experiments(max_results=1)  # creates or migrates the schema
         return client

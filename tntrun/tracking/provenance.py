@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tntrun"
+from tntrun.contract.user_cache import cache_dir
 
 
 def git_tags(directory: Path) -> dict[str, str]:
@@ -72,7 +72,7 @@ def horovod_build() -> dict[str, str]:
     key = hashlib.sha256(
         f"{metadata}:{metadata.stat().st_mtime_ns if metadata.exists() else 0}".encode()
     ).hexdigest()[:16]
-    cached = CACHE / f"horovod-build-{key}.txt"
+    cached = cache_dir() / f"horovod-build-{key}.txt"
     if cached.exists():
         summary = cached.read_text()
     else:
