@@ -191,9 +191,7 @@ def test_a_bad_npz_file_is_one_line_naming_dataset_path(in_tmp, write, message):
 
 @pytest.mark.slow
 def test_the_command_line_prints_each_problem_on_one_line_and_exits_2(run_tntrun, tmp_path):
-    result = run_tntrun(
-        "global_batch_size=63", "horovod.fusion_threshold_kb=-1", "seed=-1", fresh_store=True
-    )
+    result = run_tntrun("global_batch_size=63", "horovod.fusion_threshold_kb=-1", "seed=-1")
     assert_exit(result, 2)
     errors = [line for line in result.stderr.splitlines() if "config error" in line]
     assert len(errors) == 3, result.stderr

@@ -4,15 +4,12 @@ what runs beside the test, each in a session of its own (:func:`in_session`)."""
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,39 +31,10 @@ def clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "HOROVOD_"))}
 
 
-STORE = "mlflow.db"  # a run's default store in output_root (tntrun/tracking/mlflow_store.py)
 # For a run whose test does not read the model it logs as an MLflow Model: rank 0 saves that
 # model and loads it back to check it (about 1.7 CPU-s of a finished 2-rank digits run, 12 s
 # of ResNet-50's); model.keras, the final weights and the checkpoints are written either way.
 NO_LOGGED_MODEL = "tracking.log_model=false"
-
-
-@functools.cache
-def _empty_store() -> bytes:
-    """An MLflow SQLite store with MLflow's schema and nothing else, made once per test
-    process (its migrations cost each fresh store about 1.5 CPU-s)."""
-    from mlflow.tracking import MlflowClient
-
-    with tempfile.TemporaryDirectory(prefix="tntrun-empty-store-") as folder:
-        store = Path(folder) / STORE
-        MlflowClient(f"sqlite:///{store}").search_experiments(max_results=1)
-        return store.read_bytes()
-
-
-def existing_store(workdir: Path) -> None:
-    """Put an empty store (MLflow's schema, its Default experiment) where a run in
-    ``workdir`` keeps its record, as a user's earlier runs there left it; its Default
-    experiment's artifact location is the one MLflow gives it from ``workdir``."""
-    store = workdir / "outputs" / STORE
-    if store.exists():
-        return
-    store.parent.mkdir(parents=True, exist_ok=True)
-    store.write_bytes(_empty_store())
-    with contextlib.closing(sqlite3.connect(store)) as db, db:
-        db.execute(
-            "UPDATE experiments SET artifact_location = ? WHERE experiment_id = 0",
-            (str(workdir / "mlruns" / "0"),),
-        )
 
 
 def tntrun_command(workdir: Path, *args: str) -> list[str]:
@@ -118,8 +86,7 @@ def in_session(
 
 def start_tntrun(workdir: Path, *args: str, **popen: Any) -> subprocess.Popen:
     """The installed ``tntrun`` started in its own session, its output (stderr merged) read
-    line by line by the caller; the store in ``workdir`` exists (:func:`existing_store`)."""
-    existing_store(workdir)
+    line by line by the caller."""
     return start_in_session(
         tntrun_command(workdir, *args),
         workdir,
@@ -130,13 +97,8 @@ def start_tntrun(workdir: Path, *args: str, **popen: Any) -> subprocess.Popen:
     )
 
 
-def tntrun_cli(
-    workdir: Path, *args: str, timeout: float = 600, fresh_store: bool = False
-) -> subprocess.CompletedProcess:
-    """Run the installed ``tntrun`` console script with outputs under ``workdir``, into the
-    existing store there (:func:`existing_store`) unless ``fresh_store`` (a first run)."""
-    if not fresh_store:
-        existing_store(workdir)
+def tntrun_cli(workdir: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run the installed ``tntrun`` console script with outputs under ``workdir``."""
     return subprocess.run(
         tntrun_command(workdir, *args),
         cwd=workdir,

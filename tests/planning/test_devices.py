@@ -21,7 +21,7 @@ from tntrun.planning.machine import (
 def test_asking_for_gpus_on_a_node_without_them_is_refused_before_launch(run_tntrun, tmp_path):
     found, how = count_gpus()
     assert found == 0, f"this test expects a machine without GPUs ({how})"
-    result = run_tntrun("gpus=1", "train.epochs=1", fresh_store=True)
+    result = run_tntrun("gpus=1", "train.epochs=1")
     assert_exit(result, 2)
     errors = [line for line in result.stderr.splitlines() if line.startswith("tntrun: ")]
     assert len(errors) == 1 and errors[0].startswith("tntrun: config error: gpus=1: this node (")

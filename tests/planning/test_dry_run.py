@@ -19,7 +19,6 @@ def test_dry_run_prints_config_plan_and_command(run_tntrun, tmp_path):
         "train.epochs=90",
         "optimizer=sgd",
         "global_batch_size=128",
-        fresh_store=True,
     )
     assert_succeeded(result)
     out = result.stdout

@@ -160,9 +160,7 @@ def test_the_dry_run_says_the_sizes_are_assumed(run_tntrun):
 
 @pytest.mark.slow
 def test_a_glob_sweep_plans_every_match(run_tntrun, tmp_path):
-    result = run_tntrun(
-        "-m", "model=glob(resnet1*)", "dry_run=true", "dataset=synthetic_images", fresh_store=True
-    )
+    result = run_tntrun("-m", "model=glob(resnet1*)", "dry_run=true", "dataset=synthetic_images")
     assert_succeeded(result)
     assert result.stdout.count("dry run: nothing was launched") == 3  # resnet101, 152, 18
     assert not (tmp_path / "outputs" / "mlflow.db").exists()

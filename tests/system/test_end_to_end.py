@@ -31,9 +31,7 @@ def default_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
     story in Hydra's job log, which ``hydra.verbose=tntrun`` (tntrun's DEBUG lines, nothing
     a run does) adds to."""
     workdir = tmp_path_factory.mktemp("default")
-    result = tntrun_cli(
-        workdir, "tracking.system_metrics_interval_s=1", "hydra.verbose=tntrun", fresh_store=True
-    )
+    result = tntrun_cli(workdir, "tracking.system_metrics_interval_s=1", "hydra.verbose=tntrun")
     assert_succeeded(result)
     return result, workdir
 
@@ -124,7 +122,7 @@ def test_a_failing_rank_marks_the_run_failed(run_tntrun, tmp_path):
 
 
 def test_config_error_exits_2_before_any_run(run_tntrun, tmp_path):
-    result = run_tntrun("global_batch_size=63", fresh_store=True)
+    result = run_tntrun("global_batch_size=63")
     assert_exit(result, 2)
     assert "global_batch_size=63 is not divisible by the world size 2" in result.stderr
     assert not (tmp_path / "outputs" / "mlflow.db").exists()

@@ -55,7 +55,7 @@ def test_a_sweeper_minimising_an_accuracy_gets_one_line_naming_the_fix():
 def test_a_dry_run_of_an_optimising_sweep_is_refused_in_one_line(tmp_path):
     """Optuna needs each job's objective, which a dry run does not compute (it failed on the
     first job's NaN with a traceback): one line naming the fix, exit 2, nothing tracked."""
-    result = tntrun_cli(tmp_path, "-m", "hydra/sweeper=optuna", "dry_run=true", fresh_store=True)
+    result = tntrun_cli(tmp_path, "-m", "hydra/sweeper=optuna", "dry_run=true")
     assert_exit(result, 2)
     assert result.stderr.strip() == (
         "tntrun: config error: dry_run=true: hydra.sweeper.direction=minimize needs each job's "
