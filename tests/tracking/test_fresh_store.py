@@ -10,11 +10,18 @@ from mlflow.tracking import MlflowClient
 from tntrun.tracking.fresh_store import empty_store, start_empty
 
 
-def schema_of(database) -> list[tuple[str, str]]:
+def schema_of(database) -> list[tuple[str, ...]]:
+    """Each table and index with its definition's lines in sorted order (MLflow's migrations
+    write a table's constraints in an order that changes between two makings), and the
+    schema's revision."""
     with contextlib.closing(sqlite3.connect(database)) as store:
         schema = store.execute("SELECT name, sql FROM sqlite_master ORDER BY name").fetchall()
         revision = store.execute("SELECT version_num FROM alembic_version").fetchall()
-    return [*schema, *revision]
+    lines = [
+        (name, *sorted(line.strip(" ,") for line in (sql or "").splitlines()))
+        for name, sql in schema
+    ]
+    return [*lines, *revision]
 
 
 def experiments_of(database) -> list[tuple[str, str, str]]:
