@@ -116,7 +116,8 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$VENV/bin/python" -m pip install --quiet --upgrade pip setuptools wheel
 fi
 PY="$VENV/bin/python"
-# --no-compile, then one compileall on every core once pip is done: pip compiles one file at a time.
+# --no-compile: compileall compiles on every core in the background (after TensorFlow, and once
+# pip is done), where pip compiles one file at a time.
 INSTALL=("$PY" -m pip --quiet install --no-compile)
 
 installed_tf=$("$PY" - <<'PY' 2>/dev/null || true
@@ -136,6 +137,13 @@ if [ "$installed_tf" != "$TF_VERSION" ]; then
   # `tensorflow`: beside tensorflow-cpu pip would install the same files a second time.
   "${INSTALL[@]}" --no-deps "tf-keras~=$TF_MINOR.0" || die "could not install tf-keras"
 fi
+
+# What is installed so far (TensorFlow and its dependencies, two thirds of the environment's
+# Python files) compiles in the background from now on, while pip installs the rest beside
+# it; what pip adds compiles once it is done (below).
+PURELIB=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+"$PY" -m compileall -q -j0 "$PURELIB" < /dev/null > /dev/null 2>&1 &
+compile_pid=$!
 
 # Horovod needs only TensorFlow (its headers, library and flags) to build: its 3-minute
 # compile runs in the background while pip installs the rest, which only adds packages
@@ -188,9 +196,9 @@ import horovod.tensorflow  # noqa: F401  (fails if the TF extension was not buil
 PY
 }
 
-# pip is done: the environment's Python files compile in the background (on every core, where
-# the Horovod build leaves them idle: its configure and link steps use one).
-PURELIB=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+# pip is done: what it added compiles in the background (on every core, where the Horovod
+# build leaves them idle: its configure and link steps use one), after the first pass.
+wait "$compile_pid" || true
 "$PY" -m compileall -q -j0 "$PURELIB" < /dev/null > /dev/null 2>&1 &
 compile_pid=$!
 

@@ -24,3 +24,18 @@ def test_the_lines_are_check_builds_in_its_order_frameworks_controllers_operatio
         assert lines == ["[X] TensorFlow", "[X] Gloo", "[X] Gloo"]
     else:  # a GPU environment's Horovod adds NCCL's tensor operations
         assert lines == ["[X] TensorFlow", "[X] Gloo", "[X] NCCL", "[X] Gloo"]
+
+
+def test_the_summary_is_cached_per_build_wherever_it_is_installed(tmp_path):
+    """Two installs of one wheel share the cached summary; another library is another
+    build (by content, not by path or install time)."""
+    from tntrun.tracking.provenance import build_key
+
+    first, second = tmp_path / "venv-a" / "horovod", tmp_path / "venv-b" / "horovod"
+    for package in (first, second):
+        (package / "tensorflow").mkdir(parents=True)
+        (package / "metadata.json").write_text('{"tensorflow": "2.21.0"}')
+        (package / "tensorflow" / "mpi_lib.so").write_bytes(b"\x7fELF built once")
+    assert build_key(first) == build_key(second)
+    (second / "tensorflow" / "mpi_lib.so").write_bytes(b"\x7fELF built again")
+    assert build_key(first) != build_key(second)

@@ -54,9 +54,21 @@ def source_tags(argv: Sequence[str] | None = None) -> dict[str, str]:
     return tags
 
 
+def build_key(package: Path) -> str:
+    """The identity of the Horovod build installed at ``package``: its ``metadata.json`` and
+    compiled libraries, by content, so that every environment the same wheel is installed in
+    (a clean clone's, a wheel test's fresh one) finds the summary one of them cached."""
+    digest = hashlib.sha256()
+    for path in sorted([package / "metadata.json", *package.rglob("*.so")]):
+        if path.is_file():
+            digest.update(str(path.relative_to(package)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def horovod_build() -> dict[str, str]:
     """What Horovod was built with (``horovodrun --check-build``'s checked lines, cached per
-    Horovod install) and the TensorFlow it was built for.
+    Horovod build: :func:`build_key`) and the TensorFlow it was built for.
 
     The lines come from :mod:`tntrun.engine.build_probe` in a child process (the driver
     imports no TensorFlow): check-build itself imports the frameworks once per question, 23
@@ -69,10 +81,7 @@ def horovod_build() -> dict[str, str]:
     built_for = (
         json.loads(metadata.read_text()).get("tensorflow", "?") if metadata.exists() else "?"
     )
-    key = hashlib.sha256(
-        f"{metadata}:{metadata.stat().st_mtime_ns if metadata.exists() else 0}".encode()
-    ).hexdigest()[:16]
-    cached = cache_dir() / f"horovod-build-{key}.txt"
+    cached = cache_dir() / f"horovod-build-{build_key(metadata.parent)}.txt"
     if cached.exists():
         summary = cached.read_text()
     else:
