@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from tntrun.contract.checkpoints import file_digest
 from tntrun.contract.user_cache import cache_dir
 
 
@@ -58,12 +59,11 @@ def build_key(package: Path) -> str:
     """The identity of the Horovod build installed at ``package``: its ``metadata.json`` and
     compiled libraries, by content, so that every environment the same wheel is installed in
     (a clean clone's, a wheel test's fresh one) finds the summary one of them cached."""
-    digest = hashlib.sha256()
-    for path in sorted([package / "metadata.json", *package.rglob("*.so")]):
-        if path.is_file():
-            digest.update(str(path.relative_to(package)).encode())
-            digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
+    files = sorted([package / "metadata.json", *package.rglob("*.so")])
+    identity = "".join(
+        f"{path.relative_to(package)} {file_digest(path)}\n" for path in files if path.is_file()
+    )
+    return hashlib.sha256(identity.encode()).hexdigest()[:16]
 
 
 def horovod_build() -> dict[str, str]:
